@@ -3,10 +3,12 @@
 Builds the scale harness's cluster (:mod:`bench.scale.cluster`: ``pods`` pods, a Service per ten pods with its
 EndpointSlice, a policy per twenty pods) as plain objects, translates it once, then makes ``--changes`` readiness
 flips (each pod's EndpointSlice written with it, as the harness's churn does) and times, per change, the stages a
-hand-over runs: ``translate_all``, the Address encoding and the address table's update. By default each translation
-is told what changed and the table is patched (what the control plane does); ``--full`` translates and encodes
-without the changes (what it did before). CPU time per stage (``time.process_time``: a loaded machine inflates it
-less than wall time), median over the changes. No API server, no clients, no root.
+hand-over runs: ``translate_all``, the Address encoding, the address table's update and the authorization table's
+(encoding and update). By default each translation is told what changed, the address table is patched and the
+authorization table is left alone when the translation reused its policies (what the control plane does);
+``--full`` translates and encodes without the changes (what it did before). CPU time per stage
+(``time.process_time``: a loaded machine inflates it less than wall time), median over the changes. No API server,
+no clients, no root.
 """
 
 from __future__ import annotations
@@ -19,10 +21,17 @@ import statistics
 import time
 from typing import Any
 
-from ambit.controlplane.addresses import AddressCache, address_changes, addresses
+from ambit.controlplane.addresses import (
+    AddressCache,
+    AuthorizationCache,
+    address_changes,
+    addresses,
+    authorization_changes,
+    authorizations,
+)
 from ambit.controlplane.translate import Changes, PolicyMemo, Translation, TranslationMemo, translate_all
 from ambit.model.localconfig import LocalConfig
-from ambit.xds.table import AddressTable
+from ambit.xds.table import AddressTable, AuthorizationTable
 from bench.scale.cluster import (
     POD_RANGE,
     ClusterShape,
@@ -65,6 +74,7 @@ class Stages:
         self.memo = TranslationMemo()
         self.policy_memo: PolicyMemo = {}
         self.cache, self.table = AddressCache(), AddressTable()
+        self.policy_cache, self.policy_table = AuthorizationCache(), AuthorizationTable()
         self.applied: LocalConfig | None = None
 
     def flip(self, k: int) -> Changes:
@@ -85,8 +95,8 @@ class Stages:
             ("endpointslices", f"{eps['metadata']['namespace']}/{eps['metadata']['name']}"): eps,
         }
 
-    def run(self, changed: Changes | None) -> tuple[float, float, float]:
-        """(translate, encode, table) CPU seconds of one hand-over."""
+    def run(self, changed: Changes | None) -> tuple[float, float, float, float]:
+        """(translate, encode, address table, authorization table) CPU seconds of one hand-over."""
         t0 = time.process_time()
         translation: Translation = translate_all(
             list(self.pods.values()),
@@ -108,8 +118,15 @@ class Stages:
             encoded = addresses(config, self.cache)
             t2 = time.process_time()
             self.table.replace(encoded)
+        t3 = time.process_time()
+        if self.by_changes:
+            policies = authorization_changes(previous, config, self.policy_cache)
+        else:
+            policies = authorizations(config, self.policy_cache)
+        if policies is not None:
+            self.policy_table.replace(policies)
         self.applied = config
-        return t1 - t0, t2 - t1, time.process_time() - t2
+        return t1 - t0, t2 - t1, t3 - t2, time.process_time() - t3
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -133,7 +150,7 @@ def main(argv: list[str] | None = None) -> None:
             profiler.disable()
     mode = "full" if args.full else "by changes"
     print(f"{args.pods:,} pods, {stages.shape.services:,} Services, {stages.shape.policies:,} policies ({mode}):")
-    for at, name in enumerate(("translate_all", "addresses", "address table")):
+    for at, name in enumerate(("translate_all", "addresses", "address table", "authorization table")):
         print(f"  {name}: {statistics.median(t[at] for t in timings) * 1000:.1f} ms CPU per change (median)")
     if profiler is not None:
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(30)

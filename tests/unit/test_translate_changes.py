@@ -1,7 +1,9 @@
-"""Translation by changes (issue 22, :mod:`ambit.controlplane.translate.pod_workloads`): told which objects changed,
-:func:`translate_all` looks at the changed pods only while their context holds, and its output is always exactly
-what a translation from scratch gives; a changed context (a Service, a policy, a namespace's labels, the discovery
-filter) falls back to translating every pod.
+"""Translation by changes (issue 22, :mod:`ambit.controlplane.translate.pod_workloads` and
+:mod:`ambit.controlplane.translate.stage_memo`): told which objects changed, :func:`translate_all` looks at the
+changed pods only while their context holds and takes every stage whose kinds did not change from the previous
+call, and its output is always exactly what a translation from scratch gives; a changed context (a Service, a
+policy, a namespace's labels, the discovery filter) falls back to translating every pod, and a changed Service,
+route, waypoint, policy or namespace makes its stages again.
 """
 
 from __future__ import annotations
@@ -12,15 +14,37 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ambit.controlplane.addresses import AddressCache, address_changes, addresses
+from ambit.controlplane.addresses import (
+    AddressCache,
+    AuthorizationCache,
+    address_changes,
+    addresses,
+    authorization_changes,
+    authorizations,
+)
 from ambit.controlplane.translate import Changes, Translation, TranslationMemo, translate_all
 from ambit.controlplane.translate.index import SERVICE_NAME_LABEL
 from ambit.model.localconfig import LocalConfig
-from ambit.xds.table import AddressTable
+from ambit.xds.table import AddressTable, AuthorizationTable
 
 NAMESPACES = ("ns-a", "ns-b")
 APPS = ("a", "b", "c")
 MESH_SELECTING = "discoverySelectors:\n- matchLabels: {seen: 'yes'}\n"
+ISTIO_GATEWAYS = "gateways.networking.istio.io"
+WAYPOINT_LABEL = "istio.io/use-waypoint"
+CONTROLLER = "istio.io/mesh-controller"
+INPUTS = {
+    "authorization_policies": "authorizationpolicies",
+    "peer_authentications": "peerauthentications",
+    "config_maps": "configmaps",
+    "gateways": "gateways",
+    "gateway_classes": "gatewayclasses",
+    "http_routes": "httproutes",
+    "service_entries": "serviceentries",
+    "destination_rules": "destinationrules",
+    "istio_gateways": ISTIO_GATEWAYS,
+}
+"""translate_all's keyword arguments beyond the four first, and the kinds (informer plurals) they hold."""
 
 
 class Cluster:
@@ -29,8 +53,7 @@ class Cluster:
     def __init__(self) -> None:
         self.version = 1
         self.objects: dict[str, dict[str, dict[str, Any]]] = {
-            kind: {}
-            for kind in ("pods", "services", "endpointslices", "namespaces", "authorizationpolicies", "configmaps")
+            kind: {} for kind in (*INPUTS.values(), "pods", "services", "endpointslices", "namespaces")
         }
         self.changed: dict[tuple[str, str], dict[str, Any] | None] = {}
 
@@ -58,8 +81,7 @@ class Cluster:
             "services": list(o["services"].values()),
             "endpoint_slices": list(o["endpointslices"].values()),
             "namespaces": list(o["namespaces"].values()),
-            "authorization_policies": list(o["authorizationpolicies"].values()),
-            "config_maps": list(o["configmaps"].values()),
+            **{argument: list(o[kind].values()) for argument, kind in INPUTS.items()},
         }
 
 
@@ -104,10 +126,79 @@ def _slice(ns: str, service: str, pods: list[int], extra_ip: str | None = None) 
     }
 
 
-def _policy(ns: str, app: str) -> dict[str, Any]:
+def _policy(ns: str, app: str, principal: str = "p") -> dict[str, Any]:
     return {
         "metadata": {"name": f"allow-{app}", "namespace": ns},
-        "spec": {"selector": {"matchLabels": {"app": app}}, "rules": [{"from": [{"source": {"principals": ["p"]}}]}]},
+        "spec": {
+            "selector": {"matchLabels": {"app": app}},
+            "rules": [{"from": [{"source": {"principals": [principal]}}]}],
+        },
+    }
+
+
+def _waypoint_policy(ns: str, i: int) -> dict[str, Any]:
+    ref = {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "waypoint"}
+    rules = [{"to": [{"operation": {"methods": ["GET"] if i % 2 else ["POST"]}}]}]
+    return {"metadata": {"name": "at-waypoint", "namespace": ns}, "spec": {"targetRefs": [ref], "rules": rules}}
+
+
+def _waypoint(ns: str, *, ready: bool = True) -> dict[str, Any]:
+    gateway: dict[str, Any] = {
+        "metadata": {"name": "waypoint", "namespace": ns},
+        "spec": {
+            "gatewayClassName": "istio-waypoint",
+            "listeners": [{"name": "mesh", "port": 15008, "protocol": "HBONE"}],
+        },
+    }
+    if ready:
+        gateway["status"] = {"addresses": [{"type": "Hostname", "value": f"waypoint.{ns}.svc.cluster.local"}]}
+    return gateway
+
+
+def _route(ns: str, i: int) -> dict[str, Any]:
+    parent = {"group": "", "kind": "Service", "name": "svc-a", "port": 80}
+    backends = [{"name": "svc-b", "port": 80, "weight": 1 + i}, {"name": "svc-a", "port": 80, "weight": 1}]
+    return {
+        "metadata": {"name": "split", "namespace": ns},
+        "spec": {"parentRefs": [parent], "rules": [{"backendRefs": backends[: 1 + i % 2]}]},
+    }
+
+
+def _peer_authentication(ns: str, mode: str) -> dict[str, Any]:
+    spec: dict[str, Any] = {"mtls": {"mode": mode}}
+    if mode == "PERMISSIVE":
+        spec = {
+            "selector": {"matchLabels": {"app": "b"}},
+            "mtls": {"mode": "UNSET"},
+            "portLevelMtls": {"8080": {"mode": "STRICT"}},
+        }
+    return {"metadata": {"name": "mtls", "namespace": ns}, "spec": spec}
+
+
+def _service_entry(ns: str, i: int) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "hosts": [f"external-{i % 3}.example.com"],
+        "addresses": [f"240.240.{NAMESPACES.index(ns)}.{i + 1}"],
+        "ports": [{"number": 80, "name": "http", "protocol": "HTTP"}],
+        "resolution": "STATIC",
+        "endpoints": [{"address": f"10.8.{NAMESPACES.index(ns)}.{i + 1}", "labels": {"app": "outside"}}],
+    }
+    if i % 2:
+        spec["workloadSelector"] = {"labels": {"app": APPS[i % len(APPS)]}}
+        del spec["endpoints"]
+    return {"metadata": {"name": "external", "namespace": ns}, "spec": spec}
+
+
+def _destination_rule(ns: str, i: int) -> dict[str, Any]:
+    subsets = [{"name": "v1", "labels": {"version": "v1"}}, {"name": f"v{i}", "labels": {"version": f"v{i}"}}]
+    return {"metadata": {"name": "subsets", "namespace": ns}, "spec": {"host": "svc-a", "subsets": subsets}}
+
+
+def _istio_gateway(ns: str, i: int) -> dict[str, Any]:
+    servers = [{"port": {"number": 80 + i, "name": "http", "protocol": "HTTP"}, "hosts": ["*"]}]
+    return {
+        "metadata": {"name": "ingress", "namespace": ns},
+        "spec": {"selector": {"istio": "ingress"}, "servers": servers},
     }
 
 
@@ -124,8 +215,17 @@ def _start() -> Cluster:
         cluster.put("services", _service(ns, "manual", None))
         cluster.put("endpointslices", _slice(ns, "manual", [0], extra_ip="10.9.9.9"))
         cluster.put("authorizationpolicies", _policy(ns, "a"))
+        cluster.put("peerauthentications", _peer_authentication(ns, "STRICT"))
+        cluster.put("serviceentries", _service_entry(ns, 0))
         for i in range(4):
             cluster.put("pods", _pod(ns, i, app=APPS[i % len(APPS)]))
+    cluster.put("gatewayclasses", {"metadata": {"name": "istio-waypoint"}, "spec": {"controllerName": CONTROLLER}})
+    cluster.put("gateways", _waypoint("ns-a"))
+    cluster.put("namespaces", _namespace("ns-a", seen="yes", **{WAYPOINT_LABEL: "waypoint"}))
+    cluster.put("httproutes", _route("ns-a", 0))
+    cluster.put("authorizationpolicies", _waypoint_policy("ns-a", 0))
+    cluster.put("destinationrules", _destination_rule("ns-a", 2))
+    cluster.put(ISTIO_GATEWAYS, _istio_gateway("ns-b", 0))
     return cluster
 
 
@@ -144,6 +244,14 @@ STEP = st.tuples(
             "namespace",
             "discovery",
             "several",
+            "route",
+            "waypoint",
+            "waypoint-policy",
+            "peer",
+            "entry",
+            "rule",
+            "istio-gateway",
+            "gateway-pod",
         ]
     ),
     st.sampled_from(NAMESPACES),
@@ -172,12 +280,50 @@ def _apply(cluster: Cluster, step: tuple[str, str, int]) -> None:
         cluster.put("endpointslices", _slice(ns, "manual", list(range(i % 4)), extra_ip=f"10.9.9.{i}"))
     elif change == "policy":
         if i % 2:
-            cluster.put("authorizationpolicies", _policy(ns, APPS[i % len(APPS)]))
+            cluster.put("authorizationpolicies", _policy(ns, APPS[i % len(APPS)], principal=f"p{i}"))
         else:
             cluster.delete("authorizationpolicies", f"{ns}/allow-a")
     elif change == "namespace":
-        labels = {"seen": "yes"} if i % 2 else {"seen": "yes", "istio.io/use-waypoint": "none"}
+        labels = {"seen": "yes"} if i % 2 else {"seen": "yes", WAYPOINT_LABEL: "none" if i % 4 else "waypoint"}
         cluster.put("namespaces", _namespace(ns, **labels))
+    elif change == "route":
+        if i == 6:
+            cluster.delete("httproutes", f"{ns}/split")
+        else:
+            cluster.put("httproutes", _route(ns, i))
+    elif change == "waypoint":
+        if i == 6:
+            cluster.delete("gateways", f"{ns}/waypoint")
+        else:
+            cluster.put("gateways", _waypoint(ns, ready=bool(i % 3)))
+    elif change == "waypoint-policy":
+        cluster.put("authorizationpolicies", _waypoint_policy(ns, i))
+    elif change == "peer":
+        if i == 6:
+            cluster.delete("peerauthentications", f"{ns}/mtls")
+        else:
+            cluster.put("peerauthentications", _peer_authentication(ns, ("STRICT", "PERMISSIVE", "DISABLE")[i % 3]))
+    elif change == "entry":
+        if i == 6:
+            cluster.delete("serviceentries", f"{ns}/external")
+        else:
+            cluster.put("serviceentries", _service_entry(ns, i))
+    elif change == "rule":
+        if i == 6:
+            cluster.delete("destinationrules", f"{ns}/subsets")
+        else:
+            cluster.put("destinationrules", _destination_rule(ns, i))
+    elif change == "istio-gateway":
+        if i == 6:
+            cluster.delete(ISTIO_GATEWAYS, f"{ns}/ingress")
+        else:
+            cluster.put(ISTIO_GATEWAYS, _istio_gateway(ns, i))
+    elif change == "gateway-pod":
+        gateway_pod = _pod(ns, i, app=app)
+        if i % 2:
+            gateway_pod["metadata"]["labels"]["istio"] = "ingress"
+            gateway_pod["spec"]["serviceAccountName"] = f"ingress-{i}"
+        cluster.put("pods", gateway_pod)
     elif change == "discovery":
         if i % 2:
             cluster.put("namespaces", _namespace(ns, seen="no" if i % 3 else "yes"))
@@ -195,19 +341,23 @@ class Encoder:
 
     def __init__(self) -> None:
         self.table, self.cache = AddressTable(), AddressCache()
+        self.policies, self.policy_cache = AuthorizationTable(), AuthorizationCache()
         self.applied: LocalConfig | None = None
         self.patched = 0
 
     def hand_over(self, translation: Translation) -> frozenset[str]:
         changes, previous, config = translation.workload_changes, self.applied, translation.config
         self.applied = config
+        encoded_policies = authorization_changes(previous, config, self.policy_cache)
+        if encoded_policies is not None:
+            self.policies.replace(encoded_policies)
         if changes is not None and previous is not None and changes.since is previous.workloads:
             self.patched += 1
             return self.table.patch(*address_changes(previous, config, self.cache, changes.uids))
         return self.table.replace(addresses(config, self.cache))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(st.lists(STEP, max_size=15))
 def test_translation_by_changes_always_equals_a_translation_from_scratch(steps: list[tuple[str, str, int]]) -> None:
     cluster = _start()
@@ -224,6 +374,9 @@ def test_translation_by_changes_always_equals_a_translation_from_scratch(steps: 
         assert patched.hand_over(by_changes) == replaced.replace(addresses(fresh.config)), step
         assert patched.table.current == replaced.current
         assert set(patched.cache) == set(replaced.current.by_name)
+        fresh_policies = AuthorizationTable()
+        fresh_policies.replace(authorizations(fresh.config))
+        assert patched.policies.current == fresh_policies.current, step
 
 
 def _translated(cluster: Cluster, memo: TranslationMemo) -> None:
@@ -283,3 +436,67 @@ def test_unknown_changes_translate_every_pod_and_reuse_the_unchanged() -> None:
     assert translate_all(**cluster.inputs(), translation_memo=memo) == translate_all(**cluster.inputs())
     assert memo.pods.changed_uids is None
     assert memo.hits == len(cluster.objects["pods"]) - 1
+
+
+def test_a_pod_change_takes_every_stage_but_the_pods_from_the_previous_translation() -> None:
+    cluster = _start()
+    cluster.delete(ISTIO_GATEWAYS, "ns-b/ingress")
+    memo = TranslationMemo()
+    _translated(cluster, memo)
+    before = memo.stages.policies.value, memo.stages.services.value, memo.stages.gateways.value
+    cluster.put("pods", _pod("ns-a", 1, app="b", ready=False))
+    cluster.put("endpointslices", _slice("ns-b", "svc-a", [0, 3]))
+    _translated(cluster, memo)
+    stages = memo.stages
+    assert (stages.policies.value, stages.services.value, stages.gateways.value) == before
+    assert stages.policies.reused and stages.services.reused and stages.gateways.reused
+    assert stages.index.reused and stages.slices.reused and stages.entry_workloads.reused
+
+
+def test_each_changed_kind_makes_its_stages_again_and_keeps_the_others() -> None:
+    for step, remade in (
+        (("peer", "ns-a", 1), {"policies", "services", "gateways", "entry_workloads", "index", "slices"}),
+        (("route", "ns-a", 1), {"services", "gateways", "entry_workloads", "index", "slices"}),
+        (("gateway-pod", "ns-b", 1), {"gateways"}),
+        (("slice", "ns-a", 1), {"index", "slices"}),
+    ):
+        cluster = _start()
+        memo = TranslationMemo()
+        _translated(cluster, memo)
+        _apply(cluster, step)
+        _translated(cluster, memo)
+        stages = memo.stages
+        reused = {
+            name
+            for name in ("policies", "services", "gateways", "index", "slices", "entry_workloads")
+            if getattr(stages, name).reused
+        }
+        assert reused == {"policies", "services", "gateways", "index", "slices", "entry_workloads"} - remade, step
+
+
+def test_a_call_after_one_that_raised_reuses_nothing() -> None:
+    cluster = _start()
+    memo = TranslationMemo()
+    _translated(cluster, memo)
+    memo.complete = False  # as a call that raised half-way leaves it
+    cluster.put("pods", _pod("ns-a", 1, app="b", ready=False))
+    _translated(cluster, memo)
+    assert not memo.stages.services.reused and not memo.stages.policies.reused
+    assert memo.pods.changed_uids is None
+
+
+def test_a_pod_change_hands_over_that_pod_only_and_no_service_or_policy() -> None:
+    cluster = _start()
+    memo, encoder = TranslationMemo(), Encoder()
+    encoder.hand_over(translate_all(**cluster.inputs(), translation_memo=memo, changed=cluster.take()))
+    previous = encoder.applied
+    assert previous is not None
+    cluster.put("pods", _pod("ns-a", 1, app="a", ready=False))
+    translation = translate_all(**cluster.inputs(), translation_memo=memo, changed=cluster.take())
+    assert translation.workload_changes is not None
+    config = translation.config
+    assert config.services is previous.services and config.policies is previous.policies
+    upserts, removed = address_changes(previous, config, AddressCache(encoder.cache), translation.workload_changes.uids)
+    assert set(upserts) == {"Kubernetes//Pod/ns-a/pod-1"} and not removed
+    assert authorization_changes(previous, config, AuthorizationCache()) is None
+    assert encoder.hand_over(translation) == {"Kubernetes//Pod/ns-a/pod-1"}

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ambit.controlplane.translate import translate_all
-from ambit.controlplane.translate.endpointslices import endpoint_slice_workloads
+from ambit.controlplane.translate.endpointslices import endpoint_slice_workloads, gives_workloads
 from ambit.controlplane.translate.skips import Skipped
 from ambit.model.workload import HealthStatus, NetworkMode, PortMapping, TunnelProtocol, parse_ip
 
@@ -139,3 +139,23 @@ def test_hostile_slices_never_raise(endpoints: list[dict[str, Any]], ports: Any,
     eps = api_slice(*endpoints, ports=ports if isinstance(ports, list) else [], addressType=address_type)
     out, skips = workloads([eps])  # no exception, whatever the slice holds
     assert len(out) + len(skips) <= len(endpoints)
+
+
+@given(
+    endpoints=st.lists(
+        st.dictionaries(st.sampled_from(["addresses", "conditions", "targetRef"]), junk) | junk, max_size=4
+    ),
+    ports=junk,
+)
+def test_a_slice_said_to_give_nothing_gives_no_workload_and_no_skip(endpoints: list[Any], ports: Any) -> None:
+    eps = api_slice(*endpoints, ports=ports if isinstance(ports, list) else [])
+    out, skips = workloads([eps])  # rule 6: the stage memo relies on this to keep the previous output
+    if not gives_workloads(eps):
+        assert not out and not skips
+
+
+def test_only_an_endpoint_without_a_pod_behind_it_makes_a_slice_give_workloads() -> None:
+    pod = {"addresses": ["198.18.0.5"], "targetRef": {"kind": "Pod", "name": "p"}}
+    assert not gives_workloads(api_slice(pod, pod))
+    assert gives_workloads(api_slice(pod, {"addresses": ["10.9.9.9"]}))
+    assert gives_workloads(api_slice({"addresses": ["10.9.9.9"], "targetRef": {"kind": "Node", "name": "n"}}))

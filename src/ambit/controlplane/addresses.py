@@ -18,7 +18,12 @@ Rules:
    (ordered by uid: a binary search; of equal uids the last one wins, as in :func:`addresses`) and every service
    (a few per thousand workloads), and returns the entries to put and the names that went away. The cache must be
    the one :func:`addresses` or :func:`address_changes` last left for ``previous``. Workload uids and service keys
-   (``namespace/hostname``) never collide: a uid has the form ``cluster//Kind/namespace/name``.
+   (``namespace/hostname``) never collide: a uid has the form ``cluster//Kind/namespace/name``. When the new
+   config's services are the previous config's tuple itself (a translation that reused its service stage,
+   :mod:`~ambit.controlplane.translate.stage_memo`), no service is looked at: none changed.
+3. :func:`authorization_changes` is :func:`authorizations`, or None when the new config's policies are the
+   previous config's tuple itself (a translation that reused its policy stage): the map is the one last made, and
+   the cache (the one last left for ``previous``) already holds exactly those policies.
 
 Invariants: equal configs give equal maps; a resource's version changes exactly when its bytes change; the cache
 holds exactly the last config's items after either call.
@@ -45,6 +50,7 @@ __all__ = [
     "AuthorizationCache",
     "address_changes",
     "addresses",
+    "authorization_changes",
     "authorizations",
     "content_version",
 ]
@@ -101,6 +107,8 @@ def address_changes(
         else:
             cache.pop(uid, None)
             removed.add(uid)
+    if config.services is previous.services:
+        return upserts, frozenset(removed)
     for service in config.services:
         upserts[service.key] = _encoded(service, service.key, cache)
     for service in previous.services:
@@ -126,6 +134,16 @@ def _encoded(item: Workload | Service, name: str, cache: AddressCache) -> tuple[
 
 
 AuthorizationCache = dict[Policy, tuple[str, apb.Authorization]]
+
+
+def authorization_changes(
+    previous: LocalConfig | None, config: LocalConfig, cache: AuthorizationCache
+) -> dict[str, tuple[str, apb.Authorization]] | None:
+    """Rule 3: :func:`authorizations` of ``config``, or None when its policies are ``previous``'s tuple itself (no
+    policy changed); ``cache`` must be the one last left for ``previous``."""
+    if previous is not None and config.policies is previous.policies:
+        return None
+    return authorizations(config, cache)
 
 
 def authorizations(

@@ -56,7 +56,7 @@ from ambit.controlplane.addresses import (
     AuthorizationCache,
     address_changes,
     addresses,
-    authorizations,
+    authorization_changes,
 )
 from ambit.controlplane.ca.authn import KubeAuthenticator
 from ambit.controlplane.ca.cawatch import CA_POLL_INTERVAL, CaPaths, PluginCaWatcher
@@ -334,7 +334,8 @@ class ControlPlane:
             changed = self.table.patch(upserts, removed)
         else:
             changed = self.table.replace(addresses(config, self._encoded_addresses))
-        changed_policies = self.authorizations.replace(authorizations(config, self._encoded))
+        encoded_policies = authorization_changes(previous, config, self._encoded)
+        changed_policies = frozenset() if encoded_policies is None else self.authorizations.replace(encoded_policies)
         if changed or changed_policies:
             self.pushes += 1
             log.info(

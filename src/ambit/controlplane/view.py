@@ -10,8 +10,9 @@ status is not translated (policies, DestinationRules, Services, GatewayClasses, 
 its spec or metadata changed, so the control plane's own status writes cause no translation. One task waits for the
 mark, lets ``debounce`` seconds pass so that a burst of changes (a Deployment scaling up, a namespace being deleted)
 becomes one translation, clears the mark, translates the caches (:func:`ambit.controlplane.translate.translate_all`;
-only the pods that changed, while nothing else they depend on did: :class:`~ambit.controlplane.translate.
-TranslationMemo` and :mod:`~ambit.controlplane.translate.pod_workloads`) and
+only the pods that changed, while nothing else they depend on did, and only the stages whose kinds changed:
+:class:`~ambit.controlplane.translate.TranslationMemo`, :mod:`~ambit.controlplane.translate.pod_workloads` and
+:mod:`~ambit.controlplane.translate.stage_memo`) and
 hands the result to ``on_config``, then what the translation had to leave out to ``on_skipped``, the policies'
 status to ``on_status`` and the Services' and ServiceEntries' waypoint status to ``on_waypoint_status`` and the
 whole translation (waypoint configurations, route status) to ``on_routes`` (when given); ``on_workload_changes``

@@ -35,9 +35,11 @@ Modules: ``workloads`` (a Pod becomes a Workload), ``pod_workloads`` (the pods' 
 patched by the pods that changed), ``services`` (a Service becomes a Service), ``serviceentries`` (a
 ServiceEntry becomes Services and endpoint Workloads), ``workloadentries`` (a WorkloadEntry becomes a Workload),
 ``endpointslices`` (endpoints added to a Service's EndpointSlices by hand become Workloads),
-``index`` (which services select which endpoints, on which ports), ``policies`` (an AuthorizationPolicy becomes a
-Policy and a status), ``peerauth`` (PeerAuthentications become DENY policies), ``nodes`` (a Node's labels become its
-pods' locality), ``waypoints`` (Gateways become waypoints, labels bind to them), ``routes`` and ``routerules``
+``index`` (which services select which endpoints, on which ports), ``stage_memo`` (which stages a translation told
+what changed takes from the previous one), ``policy_side``, ``service_side`` and ``gateway_side`` (those stages),
+``policies`` (an AuthorizationPolicy becomes a Policy and a status), ``peerauth`` (PeerAuthentications become DENY
+policies), ``nodes`` (a Node's labels become its pods' locality), ``waypoints`` (Gateways become waypoints,
+labels bind to them), ``routes`` and ``routerules``
 (Gateway API routes become waypoint route tables), ``virtualservices`` (VirtualServices join those tables),
 ``requestauth`` (RequestAuthentications attached by ``targetRefs`` join their waypoints' configs),
 ``destinationrules`` (the DestinationRule each waypoint applies to each Service it serves, subsets resolved to
@@ -54,89 +56,49 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ambit.controlplane.translate.backendtls import (
-    CONFIG_MAP_CREDENTIAL,
-    BackendTlsPolicyStatus,
-    config_map_credential,
-    translate_backend_tls,
-    with_gateway_client_certificate,
-)
-from ambit.controlplane.translate.destinationrules import (
-    DestinationRuleIndex,
-    destination_policies,
-    parse_destination_rules,
-)
+from ambit.controlplane.translate.backendtls import BackendTlsPolicyStatus, with_gateway_client_certificate
+from ambit.controlplane.translate.destinationrules import destination_policies
 from ambit.controlplane.translate.discovery import EVERY_NAMESPACE, DiscoveryFilter
-from ambit.controlplane.translate.endpointslices import SliceMemo, endpoint_slice_workloads
-from ambit.controlplane.translate.envoyfilter_routes import merge_routes
-from ambit.controlplane.translate.envoyfilters import IngressProxy, PatchNote, translate_envoy_filters
-from ambit.controlplane.translate.gateway_policies import (
-    IngressPods,
-    gateway_authorization_policies,
-    gateway_request_authentications,
-)
-from ambit.controlplane.translate.gateway_topology import gateway_forward_client_cert, gateway_trusted_proxies
-from ambit.controlplane.translate.index import SelectionMemo, ServiceIndex
-from ambit.controlplane.translate.ingress import merge_route_status, translate_ingress
-from ambit.controlplane.translate.istio_gateways import translate_istio_gateways
-from ambit.controlplane.translate.listeners import is_ingress
+from ambit.controlplane.translate.endpointslices import SliceMemo, endpoint_slice_workloads, gives_workloads
+from ambit.controlplane.translate.envoyfilters import PatchNote
+from ambit.controlplane.translate.gateway_side import GatewaySide, gateway_side
+from ambit.controlplane.translate.index import SERVICE_NAME_LABEL, SelectionMemo, ServiceIndex
+from ambit.controlplane.translate.ingress import merge_route_status
 from ambit.controlplane.translate.meshconfig import MeshConfigMemo, mesh_config_of
 from ambit.controlplane.translate.nodes import node_localities
-from ambit.controlplane.translate.peerauth import PeerAuthIndex
 from ambit.controlplane.translate.pod_workloads import Changes, PodEntry, PodWorkloads
-from ambit.controlplane.translate.policies import (
-    DEFAULT_ROOT_NAMESPACE,
-    PolicySelection,
-    PolicyStatus,
-    PolicyTranslation,
-    translate_authorization_policy,
-)
-from ambit.controlplane.translate.requestauth import (
-    RequestAuthTranslation,
-    bind_to_waypoints,
-    translate_request_authentication,
-)
-from ambit.controlplane.translate.routes import RouteStatus, translate_routes
-from ambit.controlplane.translate.serviceentries import (
-    canonical_owners,
-    parse_service_entries,
-    selections,
-    service_entry_services,
-    service_entry_workloads,
-)
-from ambit.controlplane.translate.services import service_network, translate_service
+from ambit.controlplane.translate.policies import DEFAULT_ROOT_NAMESPACE, PolicyStatus
+from ambit.controlplane.translate.policy_side import PolicyKeys, PolicyMemo, PolicySide, policy_side
+from ambit.controlplane.translate.routes import RouteStatus
+from ambit.controlplane.translate.service_side import ServiceMemo, ServiceSide, service_side
+from ambit.controlplane.translate.serviceentries import selections, service_entry_workloads
 from ambit.controlplane.translate.skips import SkipMemory, Skipped
-from ambit.controlplane.translate.telemetry import ServiceRef, translate_telemetry, waypoint_metrics
-from ambit.controlplane.translate.virtualservices import translate_virtual_services
-from ambit.controlplane.translate.visibility import visibility_status
-from ambit.controlplane.translate.waypoint_policies import (
-    ServiceTarget,
-    TargetIndex,
-    WaypointPolicyTranslation,
-    policies_for,
-    translate_selected_policy,
-    translate_waypoint_policy,
-)
-from ambit.controlplane.translate.waypoints import (
-    Binding,
-    WaypointIndex,
-    bound_status,
-    missing_status,
-    object_annotations,
-    object_labels,
-    races_first_connect,
-)
+from ambit.controlplane.translate.stage_memo import POD_SIDE, POLICY_KINDS, ChangedKinds, StageMemo
+from ambit.controlplane.translate.waypoints import WaypointIndex, object_labels
 from ambit.controlplane.translate.workloadentries import translate_workload_entry
 from ambit.controlplane.translate.workloads import translate_pod
-from ambit.model.envoyfilter import ProxyPatches
-from ambit.model.ingress import ForwardClientCert, GatewayConfig
+from ambit.model.ingress import GatewayConfig
 from ambit.model.localconfig import LocalConfig
-from ambit.model.policy import Policy
 from ambit.model.routes import WaypointConfig
-from ambit.model.workload import Locality, Service, Visibility, Workload
+from ambit.model.workload import Locality, Workload
 
-PolicyMemo = dict[tuple[str, str, str, bool], tuple[PolicyTranslation, tuple[Skipped, ...]]]
-"""(uid, resourceVersion, root namespace, dry run enabled) → an AuthorizationPolicy's translation and skips."""
+EntryWorkloads = tuple[tuple[tuple[Workload, Mapping[str, str]], ...], tuple[Skipped, ...]]
+"""The ServiceEntries' inline endpoints' workloads with their labels, and the skips."""
+SliceWorkloads = tuple[tuple[Workload, ...], tuple[Skipped, ...], frozenset[str]]
+"""The hand-added endpoints' workloads, the skips, and ``namespace/name`` of each slice that may give any."""
+
+
+@dataclass(slots=True)
+class StageMemos:
+    """Each stage's last value (:mod:`~ambit.controlplane.translate.stage_memo`)."""
+
+    policies: StageMemo[PolicySide] = field(default_factory=StageMemo)
+    services: StageMemo[ServiceSide] = field(default_factory=StageMemo)
+    gateways: StageMemo[GatewaySide] = field(default_factory=StageMemo)
+    index: StageMemo[tuple[ServiceIndex, frozenset[str]]] = field(default_factory=StageMemo)
+    """The service index and ``namespace/name`` of each slice it read."""
+    slices: StageMemo[SliceWorkloads] = field(default_factory=StageMemo)
+    entry_workloads: StageMemo[EntryWorkloads] = field(default_factory=StageMemo)
 
 
 @dataclass(slots=True)
@@ -153,13 +115,13 @@ class TranslationMemo:
     by value, to this call's; otherwise every pod is translated again. A pod without a uid or resourceVersion is
     translated on every call that walks all pods. When the caller names what changed (``changed``), only the changed
     pods are looked at. After each call the memo holds exactly that call's pods. ``mesh`` keeps the last good mesh
-    config (:class:`~ambit.controlplane.translate.meshconfig.MeshConfigMemo`).
+    config (:class:`~ambit.controlplane.translate.meshconfig.MeshConfigMemo`). ``stages`` keeps each stage's last
+    value (:mod:`~ambit.controlplane.translate.stage_memo`): a call told what changed takes the value of each stage
+    whose kinds did not change as it is, so the pods' context then holds the same objects and compares by identity.
     """
 
     pods: PodWorkloads = field(default_factory=PodWorkloads)
-    services: dict[tuple[str, str, str, str, str], tuple[Service | None, tuple[Skipped, ...]]] = field(
-        default_factory=dict
-    )
+    services: ServiceMemo = field(default_factory=dict)
     mesh: MeshConfigMemo = field(default_factory=MeshConfigMemo)
     workloads: tuple[Workload, ...] | None = None
     """The previous call's workloads (:class:`WorkloadChanges` are relative to them)."""
@@ -170,6 +132,11 @@ class TranslationMemo:
     rule 5)."""
     selections: SelectionMemo = field(default_factory=dict)
     """Each Service's selection in the service index (:mod:`~ambit.controlplane.translate.index` rule 4)."""
+    stages: StageMemos = field(default_factory=StageMemos)
+    """Each stage's last value, reused while its inputs did not change
+    (:mod:`~ambit.controlplane.translate.stage_memo`)."""
+    complete: bool = False
+    """Whether the last call through this memo ended normally (an interrupted one reuses nothing next time)."""
 
     @property
     def hits(self) -> int:
@@ -242,33 +209,6 @@ class WorkloadChanges:
     uids: frozenset[str]
 
 
-@dataclass(frozen=True, slots=True)
-class _PolicyKeys:
-    """Which policy keys a workload lists: selector policies by namespace (root ones everywhere), PeerAuthentication."""
-
-    by_namespace: Mapping[str, tuple[PolicySelection, ...]]
-    everywhere: tuple[PolicySelection, ...]
-    peer: PeerAuthIndex
-
-    def find(self, namespace: str, labels: Mapping[str, Any]) -> tuple[str, ...]:
-        text_labels = {str(k): str(v) for k, v in labels.items()}
-        keys = {
-            s.key
-            for s in (*self.by_namespace.get(namespace, ()), *self.everywhere)
-            if s.selects(namespace, text_labels)
-        }
-        keys.update(self.peer.find_keys(namespace, text_labels))
-        return tuple(sorted(keys))
-
-
-def _with_trusted_proxies(patches: ProxyPatches, count: int | None) -> ProxyPatches:
-    """The gateway's ``xff_num_trusted_hops``: an EnvoyFilter's merge, else ``numTrustedProxies``
-    (:mod:`ambit.controlplane.translate.gateway_topology` rule 3)."""
-    if patches.xff_trusted_hops is not None or not count:
-        return patches
-    return replace(patches, xff_trusted_hops=count)
-
-
 def translate_all(
     pods: Iterable[Mapping[str, Any]],
     services: Iterable[Mapping[str, Any]],
@@ -315,7 +255,10 @@ def translate_all(
     objects that changed since the previous call through the same ``translation_memo`` (``(kind plural,
     "namespace/name")`` → the object now, None when deleted; None: not known): while the pods' context holds, only
     the changed pods are translated and the other pods' workloads are taken from the memo as they are
-    (:mod:`~ambit.controlplane.translate.pod_workloads` rule 2). The output is the same either way.
+    (:mod:`~ambit.controlplane.translate.pod_workloads` rule 2), and each stage whose kinds of objects did not
+    change (the policies, the Services with their waypoints and routes, the gateways, the service index, the
+    hand-added and ServiceEntry endpoints) is taken from the memo as it is
+    (:mod:`~ambit.controlplane.translate.stage_memo`). The output is the same either way.
     """
     skips: list[Skipped] = []
     config_maps = list(config_maps)
@@ -339,217 +282,89 @@ def translate_all(
     config_maps = seen.keep(config_maps)  # after the mesh config was read: the rest are credentials
     envoy_filters = seen.keep(envoy_filters)
     listener_sets = [(origin, obj) for origin, obj in listener_sets if seen.admits(obj)]
-    export_default = mesh.default_service_export_to
-    policies: list[Policy] = []
-    statuses: list[PolicyStatus] = []
-    by_namespace: dict[str, list[PolicySelection]] = {}
-    everywhere: list[PolicySelection] = []
-    fresh_memo: PolicyMemo = {}
+    stages = translation_memo.stages if translation_memo is not None else StageMemos()
+    known = ChangedKinds.of(changed if translation_memo is not None and translation_memo.complete else None)
+    if translation_memo is not None:
+        translation_memo.complete = False
     policy_objects = list(authorization_policies)
-    for obj in policy_objects:
-        meta = obj.get("metadata") or {}
-        memo_key = (str(meta.get("uid") or ""), str(meta.get("resourceVersion") or ""), root_namespace, enable_dry_run)
-        remembered = policy_memo.get(memo_key) if policy_memo is not None and all(memo_key[:2]) else None
-        if remembered is None:
-            own_skips: list[Skipped] = []
-            result = translate_authorization_policy(
-                obj, root_namespace=root_namespace, enable_dry_run=enable_dry_run, skips=own_skips
-            )
-            remembered = (result, tuple(own_skips))
-        result, own = remembered
-        skips.extend(own)
-        if all(memo_key[:2]):
-            fresh_memo[memo_key] = remembered
-        if result.policy is not None:
-            policies.append(result.policy)
-        if result.status is not None:
-            statuses.append(result.status)
-        if result.selection is not None:
-            target = (
-                everywhere if result.selection.everywhere else by_namespace.setdefault(result.selection.namespace, [])
-            )
-            target.append(result.selection)
-    if policy_memo is not None:
-        policy_memo.clear()
-        policy_memo.update(fresh_memo)
-    peer = PeerAuthIndex.build(peer_authentications, root_namespace=root_namespace, skips=skips)
-    policies.extend(peer.policies)
-    keys = _PolicyKeys({ns: tuple(items) for ns, items in by_namespace.items()}, tuple(everywhere), peer)
-    network = service_network(namespace_list)
-    gateway_list = list(gateways)
-    class_list = list(gateway_classes)
-    waypoints = WaypointIndex.build(gateway_list, class_list, namespace_list, network=network)
-    skips.extend(waypoints.problems)
+    policy_settings = (root_namespace, enable_dry_run)
+    policy = stages.policies.find(policy_settings, known.none_of(POLICY_KINDS))
+    if policy is None:
+        policy = stages.policies.keep(
+            policy_settings,
+            policy_side(
+                policy_objects,
+                peer_authentications,
+                root_namespace=root_namespace,
+                enable_dry_run=enable_dry_run,
+                memo=policy_memo,
+            ),
+        )
+    skips.extend(policy.skips)
+    keys = policy.keys
     service_list = list(services)
+    service_settings = (domain, cluster_id, trust_domain, root_namespace)
+    side = stages.services.find(service_settings, known.only(POD_SIDE))
+    if side is None:
+        remembered_services: ServiceMemo = {}
+        side = stages.services.keep(
+            service_settings,
+            service_side(
+                namespaces=namespace_list,
+                mesh=mesh,
+                services=service_list,
+                service_entries=service_entries,
+                authorization_policies=policy_objects,
+                gateways=gateways,
+                gateway_classes=list(gateway_classes),
+                http_routes=http_routes,
+                grpc_routes=grpc_routes,
+                tcp_routes=tcp_routes,
+                tls_routes=tls_routes,
+                reference_grants=reference_grants,
+                virtual_services=virtual_services,
+                request_authentications=request_authentications,
+                telemetries=telemetries,
+                secrets=secrets,
+                config_maps=config_maps,
+                backend_tls_policies=backend_tls_policies,
+                destination_rules=destination_rules,
+                listener_sets=listener_sets,
+                domain=domain,
+                root_namespace=root_namespace,
+                known=translation_memo.services if translation_memo is not None else {},
+                remembered=remembered_services,
+            ),
+        )
+        if translation_memo is not None:
+            translation_memo.services = remembered_services
+    skips.extend(side.skips)
+    network, waypoints = side.network, side.waypoints
+    gateway_settings = (proxy_version,)
+    gateway = stages.gateways.find(
+        gateway_settings,
+        stages.services.reused and (not istio_gateways or not any(kind == "pods" for kind in known.kinds or ())),
+    )
+    if gateway is None:
+        gateway = stages.gateways.keep(
+            gateway_settings,
+            gateway_side(
+                side,
+                pods=pods,
+                istio_gateways=istio_gateways,
+                virtual_services=virtual_services,
+                services=service_list,
+                authorization_policies=policy_objects,
+                envoy_filters=envoy_filters,
+                mesh=mesh,
+                domain=domain,
+                root_namespace=root_namespace,
+                proxy_version=proxy_version,
+            ),
+        )
+    skips.extend(gateway.skips)
     slice_list = list(endpoint_slices)
-    translated: list[Service] = []
-    service_status: list[PolicyStatus] = []
-    bound: dict[str, str] = {}
-    canaries: dict[str, str] = {}
-    service_targets: dict[str, ServiceTarget] = {}
-    known_services = translation_memo.services if translation_memo is not None else {}
-    remembered_services: dict[tuple[str, str, str, str, str], tuple[Service | None, tuple[Skipped, ...]]] = {}
-    for svc in service_list:
-        svc_meta = svc.get("metadata") or {}
-        svc_key = (
-            str(svc_meta.get("uid") or ""),
-            str(svc_meta.get("resourceVersion") or ""),
-            domain,
-            network,
-            "\n".join(export_default) if export_default is not None else "",
-        )
-        svc_entry = known_services.get(svc_key)
-        if svc_entry is None:
-            svc_skips: list[Skipped] = []
-            svc_entry = (
-                translate_service(
-                    svc, domain=domain, network=network, skips=svc_skips, default_export_to=export_default
-                ),
-                tuple(svc_skips),
-            )
-        if all(svc_key[:2]):
-            remembered_services[svc_key] = svc_entry
-        service, svc_own_skips = svc_entry
-        skips.extend(svc_own_skips)
-        if service is not None:
-            binding = _service_binding(svc, waypoints, service_status)
-            translated.append(_with_binding(service, binding, bound, canaries))
-            service_targets[_object_key(svc)] = _service_target((service.key,), binding)
-    k8s_services = list(translated)
-    taken = {s.key for s in translated}
-    entry_objects = list(service_entries)
-    namespace_labels = {str((ns.get("metadata") or {}).get("name") or ""): object_labels(ns) for ns in namespace_list}
-    entries = parse_service_entries(
-        entry_objects, taken=taken, skips=skips, mesh=mesh, namespace_labels=namespace_labels
-    )
-    canonical = canonical_owners(entries, (s.hostname for s in translated))
-    entry_status: list[PolicyStatus] = []
-    entry_targets: dict[str, ServiceTarget] = {}
-    racing: set[str] = set()
-    dynamic: set[str] = set()
-    for entry in entries:
-        binding = _service_binding(
-            entry.obj, waypoints, entry_status, namespace_only=entry.visibility is Visibility.NAMESPACE
-        )
-        if (missing := missing_status(entry.obj, binding)) is not None:
-            entry_status.append(missing)
-        if (applied := visibility_status(entry.obj, entry.visibility, entry.visibility_configured)) is not None:
-            entry_status.append(applied)
-        entry_services = [
-            _with_binding(s, binding, bound, canaries)
-            for s in service_entry_services(entry, network=network, canonical=canonical)
-        ]
-        translated.extend(entry_services)
-        if races_first_connect(entry.obj):
-            racing.update(s.key for s in entry_services)
-        if entry.resolution.upper() == "DYNAMIC_DNS":
-            dynamic.update(s.key for s in entry_services)
-        entry_targets[_object_key(entry.obj)] = _service_target(tuple(s.key for s in entry_services), binding)
-    ingress_pods = [IngressPods.of(g) for g in gateway_list if is_ingress(g)]
-    targets = TargetIndex(
-        waypoints=waypoints.declared,
-        gateways=frozenset(p.key for p in ingress_pods),
-        gateway_classes={_object_key(c).partition("/")[2]: _controller(c) for c in class_list},
-        services=service_targets,
-        service_entries=entry_targets,
-    )
-    waypoint_policies: list[WaypointPolicyTranslation] = [
-        translate_waypoint_policy(obj, targets, root_namespace=root_namespace, skips=skips) for obj in policy_objects
-    ]
-    http_routes, reference_grants = list(http_routes), list(reference_grants)
-    tcp_routes, tls_routes = list(tcp_routes), list(tls_routes)
-    routes = translate_routes(
-        http_routes=http_routes,
-        grpc_routes=grpc_routes,
-        tcp_routes=tcp_routes,
-        tls_routes=tls_routes,
-        reference_grants=reference_grants,
-        k8s_services=k8s_services,
-        entry_services=translated[len(k8s_services) :],
-        bound=bound,
-        canaries=canaries,
-        waypoints=waypoints,
-        gateways=gateway_list,
-        virtual_services=translate_virtual_services(
-            virtual_services,
-            translated,
-            bound,
-            domain=domain,
-            skips=skips,
-            default_export_to=mesh.default_virtual_service_export_to,
-        ),
-    )
-    authn_translations = [
-        translate_request_authentication(obj, root_namespace=root_namespace, skips=skips)
-        for obj in request_authentications
-    ]
-    authn = _request_authentications(
-        authn_translations,
-        {"Service": k8s_services, "ServiceEntry": translated[len(k8s_services) :]},
-        bound,
-        canaries,
-        routes.configs,
-    )
-    authn = _telemetry(
-        telemetries,
-        {"Service": k8s_services, "ServiceEntry": translated[len(k8s_services) :]},
-        bound,
-        canaries,
-        authn,
-        root_namespace=root_namespace,
-        skips=skips,
-    )
-    secret_table = {
-        (str((s.get("metadata") or {}).get("namespace")), str((s.get("metadata") or {}).get("name"))): s
-        for s in secrets
-    }
-    config_map_by_key = {
-        (str((c.get("metadata") or {}).get("namespace")), str((c.get("metadata") or {}).get("name"))): c
-        for c in config_maps
-    }
-    ingress = translate_ingress(
-        find_config_map=lambda namespace, name: config_map_by_key.get((namespace, name)),
-        gateways=gateway_list,
-        http_routes=http_routes,
-        grpc_routes=grpc_routes,
-        tls_routes=tls_routes,
-        tcp_routes=tcp_routes,
-        k8s_services=k8s_services,
-        find_secret=lambda namespace, name: secret_table.get((namespace, name)),
-        reference_grants=reference_grants,
-        namespace_labels={str((n.get("metadata") or {}).get("name")): object_labels(n) for n in namespace_list},
-        listener_sets=listener_sets,
-    )
-    classic = translate_istio_gateways(
-        gateways=istio_gateways,
-        virtual_services=virtual_services,
-        pods=pods,
-        services=translated,
-        service_objects=service_list,
-        find_secret=lambda namespace, name: secret_table.get((namespace, name)),
-        taken=frozenset(c.gateway for c in ingress.configs),
-        domain=domain,
-        skips=skips,
-        default_export_to=mesh.default_virtual_service_export_to,
-    )
-    gateway_api_keys = {p.key for p in ingress_pods}
-    ingress_pods.extend(g.as_ingress_pods() for g in classic.pods)
-    gateway_authz = gateway_authorization_policies(
-        ingress_pods,
-        waypoint_policies,
-        # Only ingress gateways enforce selector policies here: without one, translating every policy's L7 form
-        # again on each translation was a fifth of its time at 500 policies (issue 22).
-        [p for p in map(translate_selected_policy, policy_objects) if p is not None] if ingress_pods else [],
-        root_namespace=root_namespace,
-    )
-    gateway_authn = gateway_request_authentications(ingress_pods, authn_translations, root_namespace=root_namespace)
-    index = ServiceIndex.build(
-        service_list,
-        slice_list,
-        domain=domain,
-        extra=selections(entries),
-        memo=translation_memo.selections if translation_memo is not None else None,
-    )
+    index = _service_index(stages, known, side, service_list, slice_list, domain, translation_memo)
     localities = node_localities(nodes)
     context = (index, network, localities, keys, waypoints, cluster_id, trust_domain)
     pod_state = translation_memo.pods if translation_memo is not None else PodWorkloads()
@@ -557,13 +372,11 @@ def translate_all(
     def pod_entry(pod: Mapping[str, Any]) -> PodEntry:
         return _pod_workload(pod, index, keys, waypoints, cluster_id, trust_domain, network, localities)
 
-    if changed is not None and pod_state.can_patch(context, seen, changed):
-        pod_state.patch(changed, pod_entry)
+    if known.changed is not None and pod_state.can_patch(context, seen, known.changed):
+        pod_state.patch(known.changed, pod_entry)
     else:
         pod_state.build(pods, context, seen, pod_entry)
     skips.extend(pod_state.all_skips())
-    if translation_memo is not None:
-        translation_memo.services = remembered_services
     # The workloads that are not pods', in the order they are made, and their labels by uid (over the pods' of an
     # equal uid).
     workloads: list[Workload] = []
@@ -578,153 +391,187 @@ def translate_all(
             workload_labels[w.uid] = {str(k): str(v) for k, v in labels.items()}
             waypoint = waypoints.find_for_workload(w.namespace, object_labels(wle)).address
             workloads.append(replace(w, authorization_policies=keys.find(w.namespace, labels), waypoint=waypoint))
-    workloads.extend(
-        endpoint_slice_workloads(
-            slice_list,
-            service_list,
-            domain=domain,
-            cluster_id=cluster_id,
-            trust_domain=trust_domain,
-            network=network,
-            skips=skips,
-            memo=translation_memo.slices if translation_memo is not None else None,
+    slice_workloads, slice_skips = _slice_workloads(
+        stages, known, side, service_list, slice_list, domain, cluster_id, trust_domain, translation_memo
+    )
+    workloads.extend(slice_workloads)
+    skips.extend(slice_skips)
+    entry_settings = (cluster_id, trust_domain)
+    entry_made = stages.entry_workloads.find(entry_settings, stages.policies.reused and stages.services.reused)
+    if entry_made is None:
+        entry_skips: list[Skipped] = []
+        entry_made = stages.entry_workloads.keep(
+            entry_settings,
+            (
+                tuple(
+                    made
+                    for entry in side.entries
+                    for made in service_entry_workloads(
+                        entry,
+                        cluster_id=cluster_id,
+                        trust_domain=trust_domain,
+                        network=network,
+                        skips=entry_skips,
+                        policy_keys=keys.find,
+                        waypoint_of=lambda namespace, labels: waypoints.find_for_workload(namespace, labels).address,
+                    )
+                ),
+                tuple(entry_skips),
+            ),
         )
-    )
-    for entry in entries:
-        for w, endpoint_labels in service_entry_workloads(
-            entry,
-            cluster_id=cluster_id,
-            trust_domain=trust_domain,
-            network=network,
-            skips=skips,
-            policy_keys=keys.find,
-            waypoint_of=lambda namespace, labels: waypoints.find_for_workload(namespace, labels).address,
-        ):
-            workload_labels[w.uid] = endpoint_labels  # DestinationRule subsets select inline endpoints by these
-            workloads.append(w)
-    backend_tls = translate_backend_tls(
-        backend_tls_policies,
-        service_list,
-        entry_objects,
-        domain=domain,
-        skips=skips,
-        config_maps=config_map_by_key,
-        routes=[
-            *(("HTTPRoute", r) for r in http_routes),
-            *(("GRPCRoute", r) for r in grpc_routes),
-            *(("TCPRoute", r) for r in tcp_routes),
-            *(("TLSRoute", r) for r in tls_routes),
-        ],
-    )
-    backend_rules = backend_tls.rules
-    config_map_table = config_map_by_key
-
-    def find_credential(namespace: str, name: str) -> Mapping[str, Any] | None:
-        if name.startswith(CONFIG_MAP_CREDENTIAL):
-            return config_map_credential(name, config_map_table, namespace)
-        return secret_table.get((namespace, name))
-
-    rule_index = DestinationRuleIndex(
-        parse_destination_rules(
-            destination_rules,
-            domain=domain,
-            skips=skips,
-            find_secret=find_credential,
-            default_export_to=mesh.default_destination_rule_export_to,
-            generated=backend_rules,
-        ),
-        root_namespace=root_namespace,
-    )
+    for w, endpoint_labels in entry_made[0]:
+        workload_labels[w.uid] = endpoint_labels  # DestinationRule subsets select inline endpoints by these
+        workloads.append(w)
+    skips.extend(entry_made[1])
+    rule_index = side.rule_index
     all_workloads = pod_state.workloads_with(workloads)
     workload_changes = None
     if translation_memo is not None:
         workload_changes = _workload_changes(translation_memo, pod_state.changed_uids, workloads)
         translation_memo.workloads, translation_memo.other_workloads = all_workloads, tuple(workloads)
-    members: dict[str, list[tuple[str, Mapping[str, str]]]] = {}
+    waypoint_configs, gateway_configs = gateway.waypoint_configs, gateway.gateway_configs
     if rule_index.has_rules:
         # Each service's (uid, labels) of its workloads, for DestinationRule subsets (a set of uids each): read
         # only where a rule applies, so only built when there is one.
+        members: dict[str, list[tuple[str, Mapping[str, str]]]] = {}
         pod_labels = pod_state.labels
         for w in all_workloads:
             found = workload_labels.get(w.uid)
             member_labels = pod_labels.get(w.uid, {}) if found is None else found
             for key in w.services:
                 members.setdefault(key, []).append((w.uid, member_labels))
-    by_key = {s.key: s for s in translated}
-
-    envoy = translate_envoy_filters(
-        envoy_filters,
-        (c.waypoint for c in authn),
-        root_namespace=root_namespace,
-        proxy_version=proxy_version,
-        gateways=[IngressProxy(p.key, p.labels, p.key in gateway_api_keys) for p in ingress_pods],
-    )
-    gateway_labels = {p.key: p.labels for p in ingress_pods}
-    default_trust = mesh.trusted_proxies
-    trusted = {_object_key(g): gateway_trusted_proxies(g, default_trust) for g in gateway_list if is_ingress(g)}
-    default_xfcc = mesh.forward_client_cert
-    xfcc = {_object_key(g): gateway_forward_client_cert(g, default_xfcc) for g in gateway_list if is_ingress(g)}
-    gateway_configs = tuple(
-        replace(
-            c,
-            policies=gateway_authz.get(c.gateway, ()),
-            request_authentications=gateway_authn.get(c.gateway, ()),
-            destination_rules=with_gateway_client_certificate(
-                destination_policies(
-                    rule_index,
-                    c.gateway.partition("/")[0],
-                    [by_key[k] for k in c.backend_keys() if k in by_key],
-                    members,
-                    gateway_labels.get(c.gateway, {}),
-                ),
-                ingress.backend_certificates.get(c.gateway),
-            ),
-            envoy_patches=_with_trusted_proxies(envoy.for_gateway(c.gateway), trusted.get(c.gateway, default_trust)),
-            forward_client_cert=xfcc.get(c.gateway, default_xfcc) or ForwardClientCert.SANITIZE_SET,
-        )
-        for c in (*ingress.configs, *classic.configs)
-    )
-
-    def served_by(waypoint: str) -> list[Service]:
-        keys = {k for k, v in bound.items() if v == waypoint} | {k for k, v in canaries.items() if v == waypoint}
-        return [by_key[k] for k in keys if k in by_key]
-
-    return Translation(
-        config=LocalConfig(
-            workloads=all_workloads,
-            services=tuple(sorted(translated, key=lambda s: (s.namespace, s.hostname))),
-            policies=tuple(sorted({p.key: p for p in policies}.values(), key=lambda p: p.key)),
-        ),
-        skipped=tuple(sorted(set(skips))),
-        policy_status=tuple(sorted(statuses, key=lambda s: s.key)),
-        service_status=tuple(sorted(service_status, key=lambda s: s.key)),
-        service_entry_status=tuple(sorted(entry_status, key=lambda s: s.key)),
-        waypoint_configs=tuple(
+        by_key = side.by_key
+        certificates = side.ingress.backend_certificates
+        gateway_configs = tuple(
             replace(
                 c,
-                policies=policies_for(waypoint_policies, c.waypoint),
-                destination_rules=destination_policies(
-                    rule_index, c.waypoint.partition("/")[0], served_by(c.waypoint), members
+                destination_rules=with_gateway_client_certificate(
+                    destination_policies(
+                        rule_index,
+                        c.gateway.partition("/")[0],
+                        [by_key[k] for k in c.backend_keys() if k in by_key],
+                        members,
+                        gateway.gateway_labels.get(c.gateway, {}),
+                    ),
+                    certificates.get(c.gateway),
                 ),
-                race_first_connect=tuple(k for k in c.services if k in racing),
-                dynamic_dns=tuple(k for k in c.services if k in dynamic),
-                envoy_patches=envoy.for_waypoint(c.waypoint),
-                tables=merge_routes(c.tables, envoy.route_merges_for(c.waypoint)),
             )
-            for c in authn
-        ),
-        route_status=merge_route_status(routes.status, ingress.status),
-        waypoint_accounts=routes.accounts,
+            for c in gateway_configs
+        )
+        waypoint_configs = tuple(
+            replace(
+                c,
+                destination_rules=destination_policies(
+                    rule_index, c.waypoint.partition("/")[0], side.served.get(c.waypoint, ()), members
+                ),
+            )
+            for c in waypoint_configs
+        )
+    translation = Translation(
+        config=LocalConfig(workloads=all_workloads, services=side.sorted_services, policies=policy.policies),
+        skipped=tuple(sorted(set(skips))),
+        policy_status=policy.statuses,
+        service_status=side.service_status,
+        service_entry_status=side.entry_status,
+        waypoint_configs=waypoint_configs,
+        route_status=merge_route_status(side.routes.status, side.ingress.status),
+        waypoint_accounts=side.routes.accounts,
         gateway_configs=gateway_configs,
-        gateway_accounts=(*ingress.accounts, *classic.accounts),
+        gateway_accounts=gateway.gateway_accounts,
         waypoint_policy_status=tuple(
-            sorted((t.status for t in waypoint_policies if t.status is not None), key=lambda s: s.key)
+            sorted((t.status for t in side.waypoint_policies if t.status is not None), key=lambda s: s.key)
         ),
-        backend_tls_status=backend_tls.status,
+        backend_tls_status=side.backend_tls.status,
         discovery=seen,
-        envoy_filter_notes=envoy.notes,
+        envoy_filter_notes=gateway.envoy_filter_notes,
         workload_changes=workload_changes,
     )
+    if translation_memo is not None:
+        translation_memo.complete = True
+    return translation
+
+
+def _service_index(
+    stages: StageMemos,
+    known: ChangedKinds,
+    side: ServiceSide,
+    services: list[Mapping[str, Any]],
+    slices: list[Mapping[str, Any]],
+    domain: str,
+    translation_memo: TranslationMemo | None,
+) -> ServiceIndex:
+    """The service index, the previous call's while the slices it reads did not change (:mod:`~ambit.controlplane.
+    translate.stage_memo` rule 6)."""
+    previous = stages.index.value
+    unchanged = stages.services.reused and previous is not None
+    if unchanged and previous is not None:
+        read = previous[1]
+        for key, eps in known.objects("endpointslices"):
+            if key in read or (eps is not None and _slice_owner(eps) in side.selectorless):
+                unchanged = False
+                break
+    found = stages.index.find(domain, unchanged)
+    if found is not None:
+        return found[0]
+    index = ServiceIndex.build(
+        services,
+        slices,
+        domain=domain,
+        extra=selections(side.entries),
+        memo=translation_memo.selections if translation_memo is not None else None,
+    )
+    read_now = frozenset(
+        _object_key(eps) for eps in slices if side.selectorless and _slice_owner(eps) in side.selectorless
+    )
+    return stages.index.keep(domain, (index, read_now))[0]
+
+
+def _slice_workloads(
+    stages: StageMemos,
+    known: ChangedKinds,
+    side: ServiceSide,
+    services: list[Mapping[str, Any]],
+    slices: list[Mapping[str, Any]],
+    domain: str,
+    cluster_id: str,
+    trust_domain: str,
+    translation_memo: TranslationMemo | None,
+) -> tuple[tuple[Workload, ...], tuple[Skipped, ...]]:
+    """The hand-added endpoints' workloads and skips, the previous call's while no changed slice gives or gave any
+    (:mod:`~ambit.controlplane.translate.stage_memo` rule 7)."""
+    previous = stages.slices.value
+    unchanged = stages.services.reused and previous is not None
+    if unchanged and previous is not None:
+        giving = previous[2]
+        for key, eps in known.objects("endpointslices"):
+            if key in giving or (eps is not None and gives_workloads(eps)):
+                unchanged = False
+                break
+    settings = (domain, cluster_id, trust_domain)
+    found = stages.slices.find(settings, unchanged)
+    if found is not None:
+        return found[0], found[1]
+    own: list[Skipped] = []
+    made = tuple(
+        endpoint_slice_workloads(
+            slices,
+            services,
+            domain=domain,
+            cluster_id=cluster_id,
+            trust_domain=trust_domain,
+            network=side.network,
+            skips=own,
+            memo=translation_memo.slices if translation_memo is not None else None,
+        )
+    )
+    giving_now = frozenset(_object_key(eps) for eps in slices if gives_workloads(eps))
+    kept = stages.slices.keep(settings, (made, tuple(own), giving_now))
+    return kept[0], kept[1]
+
+
+def _slice_owner(eps: Mapping[str, Any]) -> tuple[str, str]:
+    meta = eps.get("metadata") or {}
+    return (str(meta.get("namespace", "")), str((meta.get("labels") or {}).get(SERVICE_NAME_LABEL) or ""))
 
 
 def _workload_changes(
@@ -745,7 +592,7 @@ def _workload_changes(
 def _pod_workload(
     pod: Mapping[str, Any],
     index: ServiceIndex,
-    keys: _PolicyKeys,
+    keys: PolicyKeys,
     waypoints: WaypointIndex,
     cluster_id: str,
     trust_domain: str,
@@ -777,100 +624,9 @@ def _pod_workload(
     return w, pod_labels, tuple(own_skips)
 
 
-def _request_authentications(
-    translations: list[RequestAuthTranslation],
-    services: Mapping[str, Iterable[Service]],
-    bound: Mapping[str, str],
-    canaries: Mapping[str, str],
-    configs: tuple[WaypointConfig, ...],
-) -> tuple[WaypointConfig, ...]:
-    """``configs`` with the RequestAuthentications attached to each waypoint by ``targetRefs``; ``services`` are
-    the translated services by the kind of object they came from."""
-    if not translations:
-        return configs
-    service_keys: dict[tuple[str, str, str], list[str]] = {}
-    for kind, of_kind in services.items():
-        for service in of_kind:
-            service_keys.setdefault((kind, service.namespace, service.name), []).append(service.key)
-    attached = bind_to_waypoints(
-        translations,
-        waypoints=[c.waypoint for c in configs],
-        service_keys={k: tuple(v) for k, v in service_keys.items()},
-        bound=bound,
-        canaries=canaries,
-    )
-    return tuple(replace(c, request_authentications=attached.get(c.waypoint, ())) for c in configs)
-
-
-def _telemetry(
-    objects: Iterable[Mapping[str, Any]],
-    services: Mapping[str, Iterable[Service]],
-    bound: Mapping[str, str],
-    canaries: Mapping[str, str],
-    configs: tuple[WaypointConfig, ...],
-    *,
-    root_namespace: str,
-    skips: list[Skipped],
-) -> tuple[WaypointConfig, ...]:
-    """``configs`` with the metric overrides of the Telemetries that reach each waypoint."""
-    translations = [t for t in (translate_telemetry(obj, skips=skips) for obj in objects) if t is not None]
-    if not translations:
-        return configs
-    refs = {s.key: ServiceRef(kind, s.namespace, s.name) for kind, of_kind in services.items() for s in of_kind}
-    found = waypoint_metrics(
-        translations,
-        waypoints=[c.waypoint for c in configs],
-        services=refs,
-        bound=bound,
-        canaries=canaries,
-        root_namespace=root_namespace,
-    )
-    return tuple(replace(c, metrics=found.get(c.waypoint, ())) for c in configs)
-
-
 def _object_key(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata") or {}
     return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
-
-
-def _controller(gateway_class: Mapping[str, Any]) -> str:
-    spec = gateway_class.get("spec")
-    name = spec.get("controllerName") if isinstance(spec, Mapping) else None
-    return name if isinstance(name, str) else ""
-
-
-def _service_binding(
-    obj: Mapping[str, Any], waypoints: WaypointIndex, statuses: list[PolicyStatus], *, namespace_only: bool = False
-) -> Binding:
-    """The binding of a Service or ServiceEntry; its ``WaypointBound`` condition, if any, goes to ``statuses``."""
-    namespace = str((obj.get("metadata") or {}).get("namespace") or "")
-    labels = object_labels(obj)
-    binding = waypoints.find_for_service(namespace, labels, object_annotations(obj), namespace_only=namespace_only)
-    status = bound_status(obj, binding, ingress_label=waypoints.ingress_label_present(namespace, labels))
-    if status is not None:
-        statuses.append(status)
-    return binding
-
-
-def _with_binding(service: Service, binding: Binding, bound: dict[str, str], canaries: dict[str, str]) -> Service:
-    """``service`` with its waypoint and weighted set; ``bound`` learns the waypoint's key by service key,
-    ``canaries`` the canary's."""
-    if binding.waypoint is None:
-        return service
-    bound[service.key] = binding.waypoint.key
-    if binding.canary is not None:
-        canaries[service.key] = binding.canary.key
-    return replace(
-        service,
-        waypoint=binding.address,
-        ingress_use_waypoint=binding.ingress_use_waypoint,
-        weighted_waypoints=binding.weighted,
-    )
-
-
-def _service_target(keys: tuple[str, ...], binding: Binding) -> ServiceTarget:
-    waypoint, canary = binding.waypoint, binding.canary
-    return ServiceTarget(keys, None if waypoint is None else waypoint.key, None if canary is None else canary.key)
 
 
 def translate(

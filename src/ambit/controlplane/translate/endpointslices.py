@@ -23,6 +23,8 @@ Rules:
 5. A slice's workloads and skips depend on the slice and its Service only (and the domain, cluster, trust domain
    and network): a memo keyed by both objects' uid and resourceVersion reuses them, so a translation walks the
    endpoints of changed slices only, and reads the ports of their Services only.
+6. A slice none of whose endpoints has a ``targetRef`` other than a Pod gives no workload and no skip, whatever its
+   Service (:func:`gives_workloads`): a change of such a slice leaves the output as it was.
 """
 
 from __future__ import annotations
@@ -101,6 +103,14 @@ def endpoint_slice_workloads(
             memo_dict[key] = entry
         skips.extend(entry[1])
         yield from entry[0]
+
+
+def gives_workloads(eps: Obj) -> bool:
+    """Whether ``eps`` may give a workload or a skip: it has an endpoint whose ``targetRef`` is not a Pod (rule 6)."""
+    return any(
+        isinstance(endpoint, Mapping) and mapping(endpoint.get("targetRef")).get("kind") != "Pod"
+        for endpoint in sequence(eps.get("endpoints"))
+    )
 
 
 class _NamedPorts(Mapping[tuple[str, str], Mapping[str, int]]):
