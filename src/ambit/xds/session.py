@@ -35,10 +35,12 @@ from __future__ import annotations
 import enum
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from google.protobuf import any_pb2
 
 from ambit.api import discovery_pb2 as dpb
+from ambit.xds.snapshot_map import MapEdit, SnapshotMap
 
 __all__ = [
     "AUTHORIZATION_TYPE_URL",
@@ -54,6 +56,7 @@ SERVICE_NAME = "envoy.service.discovery.v3.AggregatedDiscoveryService"
 """The gRPC service of delta ADS; with :data:`METHOD`, the one stream both ends speak."""
 METHOD = "DeltaAggregatedResources"
 WILDCARD = "*"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,22 +113,24 @@ class ResourceSet:
             for parent in resource.parents:
                 members.setdefault(parent, set()).add(resource.name)
         return cls(
-            by_name,
-            {alias: frozenset(names) for alias, names in by_alias.items()},
-            {parent: frozenset(names) for parent, names in members.items()},
+            SnapshotMap.of(by_name),
+            SnapshotMap.of({alias: frozenset(names) for alias, names in by_alias.items()}),
+            SnapshotMap.of({parent: frozenset(names) for parent, names in members.items()}),
         )
 
     def updated(self, upserts: Iterable[XdsResource], removed: Iterable[str]) -> ResourceSet:
         """This set with ``upserts`` put in (replacing any of the same name) and the ``removed`` names taken out;
         equal to :meth:`build` over the result, at a cost in the size of the change, not of the set (a table of
-        10,000 workloads was rebuilt whole for each push: 0.14 s each, issue 22). ``self`` is not changed."""
-        by_name = dict(self.by_name)
-        by_alias = dict(self.by_alias)
-        members = dict(self.members)
+        10,000 workloads was rebuilt whole for each push: 0.14 s each, issue 22); the indexes are
+        :class:`~ambit.xds.snapshot_map.SnapshotMap` edits, which copy only the buckets a change writes to.
+        ``self`` is not changed."""
+        by_name = _edit(self.by_name)
+        by_alias = _edit(self.by_alias)
+        members = _edit(self.members)
 
-        def index(table: dict[str, frozenset[str]], keys: Iterable[str], name: str, *, add: bool) -> None:
+        def index(table: MapEdit[str, frozenset[str]], keys: Iterable[str], name: str, *, add: bool) -> None:
             for key in keys:
-                names = table.get(key, frozenset())
+                names = table.get(key) or frozenset()
                 names = names | {name} if add else names - {name}
                 if names:
                     table[key] = names
@@ -145,7 +150,7 @@ class ResourceSet:
             by_name[resource.name] = resource
             index(by_alias, resource.aliases, resource.name, add=True)
             index(members, resource.parents, resource.name, add=True)
-        return ResourceSet(by_name, by_alias, members)
+        return ResourceSet(by_name.freeze(), by_alias.freeze(), members.freeze())
 
     def resolve(self, name: str) -> frozenset[str]:
         """The resource names ``name`` stands for: itself if it is a resource, else what its alias points at."""
@@ -161,7 +166,13 @@ class ResourceSet:
         return found | members if members else found
 
 
-EMPTY = ResourceSet({}, {})
+def _edit(table: Mapping[str, T]) -> MapEdit[str, T]:
+    """An edit of one of a set's indexes (a plain mapping, as a caller may give, is taken into a map first)."""
+    found = table if isinstance(table, SnapshotMap) else SnapshotMap.of(table)
+    return found.edit()
+
+
+EMPTY = ResourceSet(SnapshotMap.of({}), SnapshotMap.of({}), SnapshotMap.of({}))
 
 
 class RequestKind(enum.Enum):
