@@ -16,7 +16,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.e2e.lab_driver import Lab, http_echo_container, pod_manifest, running_lab, sleeper, wait_until
+from tests.e2e.lab_driver import (
+    Lab,
+    deployment_manifest,
+    http_echo_container,
+    is_ready,
+    pod_manifest,
+    running_lab,
+    service_manifest,
+    sleeper,
+    wait_until,
+)
 
 SYSTEM = "istio-system"
 NODES = ("node-1", "node-2")
@@ -229,6 +239,77 @@ def test_deleting_the_node_agent_daemonset_takes_its_plugin_away_and_enrolled_po
         ),
         timeout=60,
     )
+
+
+def _stalled_by_the_plugin(lab: Lab, namespace: str) -> bool:
+    """Upstream's WaitForStalledPodOrFail: a pod whose container waits in ContainerCreating (or PodInitializing)
+    with an Event saying "Failed to create pod sandbox"."""
+    for pod in lab.pods(namespace):
+        for state in (pod.get("status") or {}).get("containerStatuses") or ():
+            waiting = (state.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") in ("ContainerCreating", "PodInitializing"):
+                name = pod["metadata"]["name"]
+                messages = [str(e.get("message") or e.get("note") or "") for e in lab.events(namespace, name)]
+                if any("Failed to create pod sandbox" in m for m in messages):
+                    return True
+    return False
+
+
+def test_cni_upgrade_agents_parked_then_the_daemonset_recreated_and_traffic_resumes(lab: Lab, namespace: str) -> None:
+    """TestTrafficWithCNIUpgrade (u:tests/integration/ambient/cniupgrade/main_test.go:177-241, with
+    u:tests/integration/ambient/util.go's helpers), replayed with upstream's own mechanics: the DaemonSet read, its
+    pods parked by a strategic-merge ``nodeSelector`` no node matches (the agents stop while their DaemonSet
+    exists, so the plugin stays, as istio-cni's ShouldStopCleanup decides); a ``rollout restart`` of the
+    application then stalls its new pod in ContainerCreating with a "Failed to create pod sandbox" Event; the
+    DaemonSet deleted and created again from the object read (spec, name, labels, annotations only, as
+    DeployCNIDaemonset does); every agent Ready, the rollout completes and traffic flows over HBONE again."""
+    lab.kubectl("label", "namespace", namespace, "istio.io/dataplane-mode=ambient")
+    server = deployment_manifest("server", 1, http_echo_container())
+    server["spec"]["template"]["spec"]["nodeName"] = "node-2"
+    lab.apply(server, pod_manifest("client", [sleeper()], node="node-1"), namespace=namespace)
+    lab.apply(service_manifest("server", {"app": "server"}, 8080, 8080), namespace=namespace)
+    lab.wait_pods_ready(namespace, "", 2, timeout=60)
+    assert _request(lab, namespace, "server")["pod"].startswith("server-")
+    daemonset = lab.get("daemonset", "istio-cni-node", "-n", SYSTEM)
+    park = {"spec": {"template": {"spec": {"nodeSelector": {"non-existing": "true"}}}}}
+    try:
+        lab.kubectl("patch", "daemonset", "istio-cni-node", "-n", SYSTEM, "-p", json.dumps(park))
+        wait_until("no node agent pod left", lambda: not lab.pods(SYSTEM, "k8s-app=istio-cni-node"), timeout=80)
+        assert all(_plugin_installed(lab, node) for node in NODES), "an agent parked while its DaemonSet exists"
+        lab.kubectl("rollout", "restart", "deployment/server", "-n", namespace)
+        wait_until("the restarted pod stalled by the plugin", lambda: _stalled_by_the_plugin(lab, namespace), 80)
+        lab.kubectl("delete", "daemonset", "istio-cni-node", "-n", SYSTEM, "--wait=true", timeout=120)
+        assert all(_plugin_installed(lab, node) for node in NODES), "no agent ran to take the plugin away"
+    finally:
+        if not lab.items("daemonsets", "-n", SYSTEM, "--field-selector=metadata.name=istio-cni-node"):
+            meta = daemonset["metadata"]
+            again = {
+                "apiVersion": "apps/v1",
+                "kind": "DaemonSet",
+                "metadata": {
+                    "name": meta["name"],
+                    "namespace": meta["namespace"],
+                    "labels": meta.get("labels") or {},
+                    "annotations": {
+                        k: v
+                        for k, v in (meta.get("annotations") or {}).items()
+                        if k != "deprecated.daemonset.template.generation"
+                    },
+                },
+                "spec": daemonset["spec"],
+            }
+            lab.kubectl("create", "-f", "-", input=json.dumps(again))
+        else:
+            unpark = {"spec": {"template": {"spec": {"nodeSelector": None}}}}
+            lab.kubectl("patch", "daemonset", "istio-cni-node", "-n", SYSTEM, "-p", json.dumps(unpark))
+        wait_until("every node agent Ready", lambda: _agents(lab) == (len(NODES), len(NODES)), timeout=300)
+    lab.kubectl("rollout", "status", "deployment/server", "-n", namespace, "--timeout=120s", timeout=140)
+    (pod,) = [
+        p for p in lab.pods(namespace, "app=server") if is_ready(p) and not p["metadata"].get("deletionTimestamp")
+    ]
+    assert (pod["metadata"].get("annotations") or {}).get("ambient.istio.io/redirection") == "enabled"
+    answer = wait_until("the client reaches the restarted server", lambda: _try(lab, namespace, "server"), 30)
+    assert answer["pod"] == pod["metadata"]["name"], answer
 
 
 def _agents(lab: Lab) -> tuple[int, int]:
