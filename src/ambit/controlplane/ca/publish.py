@@ -174,7 +174,7 @@ class ConfigMapPublisher:
         except KubeClientError as exc:
             log.warning("cannot %s %s in namespace %s: %s", plan.value, self.name, namespace, exc)
             return False
-        log.info("%sd %s in namespace %s", plan.value.rstrip("e"), self.name, namespace)
+        log.info("%sed %s in namespace %s", plan.value.removesuffix("e"), self.name, namespace)
         return True
 
     def _retry_later(self, namespace: str) -> None:
