@@ -52,7 +52,7 @@ rest notes the control plane logs),
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -491,6 +491,11 @@ def translate_all(
     return translation
 
 
+def _slices_untouched(known: ChangedKinds, used: Collection[str], matters: Callable[[Mapping[str, Any]], bool]) -> bool:
+    """Whether no changed EndpointSlice is one a stage used last time (``used``) or one that ``matters`` to it now."""
+    return not any(key in used or (eps is not None and matters(eps)) for key, eps in known.objects("endpointslices"))
+
+
 def _service_index(
     stages: StageMemos,
     known: ChangedKinds,
@@ -503,13 +508,11 @@ def _service_index(
     """The service index, the previous call's while the slices it reads did not change (:mod:`~ambit.controlplane.
     translate.stage_memo` rule 6)."""
     previous = stages.index.value
-    unchanged = stages.services.reused and previous is not None
-    if unchanged and previous is not None:
-        read = previous[1]
-        for key, eps in known.objects("endpointslices"):
-            if key in read or (eps is not None and _slice_owner(eps) in side.selectorless):
-                unchanged = False
-                break
+    unchanged = (
+        stages.services.reused
+        and previous is not None
+        and _slices_untouched(known, previous[1], lambda eps: _slice_owner(eps) in side.selectorless)
+    )
     found = stages.index.find(domain, unchanged)
     if found is not None:
         return found[0]
@@ -540,13 +543,9 @@ def _slice_workloads(
     """The hand-added endpoints' workloads and skips, the previous call's while no changed slice gives or gave any
     (:mod:`~ambit.controlplane.translate.stage_memo` rule 7)."""
     previous = stages.slices.value
-    unchanged = stages.services.reused and previous is not None
-    if unchanged and previous is not None:
-        giving = previous[2]
-        for key, eps in known.objects("endpointslices"):
-            if key in giving or (eps is not None and gives_workloads(eps)):
-                unchanged = False
-                break
+    unchanged = (
+        stages.services.reused and previous is not None and _slices_untouched(known, previous[2], gives_workloads)
+    )
     settings = (domain, cluster_id, trust_domain)
     found = stages.slices.find(settings, unchanged)
     if found is not None:
