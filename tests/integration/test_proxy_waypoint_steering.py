@@ -15,8 +15,11 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
+from unittest import mock
 
 import pytest
 from tests.integration.fake_waypoint import FakeWaypoint, call_outbound
@@ -36,7 +39,7 @@ from ambit.identity.localca import LocalCa
 from ambit.identity.manager import CertificateManager
 from ambit.model.identity import SpiffeId
 from ambit.model.workload import GatewayAddress, NamespacedHostname, PortMapping, TunnelProtocol, Workload
-from ambit.proxy import outbound
+from ambit.proxy import outbound, sockets
 from ambit.proxy.context import LocalPod, ProxyContext
 from ambit.proxy.hbone_server import InboundRequest
 from ambit.proxy.pool import ConnectionPool
@@ -65,13 +68,19 @@ class Rig:
     waypoint: FakeWaypoint
     ca: LocalCa
 
-    def set_state(self, *workloads: Workload, web_waypoint: GatewayAddress | None = WAYPOINT_BY_HOST) -> None:
-        """Client, waypoint instance and ``workloads``; ``web`` uses ``web_waypoint``."""
+    def set_state(
+        self,
+        *workloads: Workload,
+        web_waypoint: GatewayAddress | None = WAYPOINT_BY_HOST,
+        waypoint_port: int | None = None,
+    ) -> None:
+        """Client, waypoint instance and ``workloads``; ``web`` uses ``web_waypoint``, whose HBONE port is the fake
+        waypoint's unless ``waypoint_port`` says otherwise."""
         client = pod("client-0", CLIENT_IP, services={}, service_account="client")
         instance = waypoint_pod("waypoint-0", WAYPOINT_IP)
         services = [
             web_service(waypoint=web_waypoint),
-            waypoint_service(ports=(PortMapping(15008, self.waypoint.port),)),
+            waypoint_service(ports=(PortMapping(15008, waypoint_port or self.waypoint.port),)),
         ]
         self.ctx.state.replace_all([client, instance, *workloads], services)
         self.ctx.state_changed()
@@ -228,35 +237,90 @@ async def test_a_connection_the_waypoint_refuses_after_the_binding_moved_is_plan
         await app.wait_closed()
 
 
+async def test_a_waypoint_that_has_not_heard_of_the_binding_yet_is_tried_again_until_it_has(tmp_path: Path) -> None:
+    """Rule 7a the other way round: this proxy heard first that web uses the waypoint; the waypoint refuses as
+    not served until its own update lands, and the same connection then goes through it."""
+    async with rig(tmp_path) as r:
+        r.waypoint.answer = lambda request: 400 if len(r.waypoint.requests) < 3 else 200
+        assert await r.call((VIP, 80), b"late waypoint") == b"late waypoint"
+        assert len(r.waypoint.requests) == 3
+        await until(lambda: not r.ctx.connections)
+        assert r.metric_lines("istio_tcp_connections_failed_total") == []
+        (opened,) = r.metric_lines("istio_tcp_connections_opened_total")
+        assert 'destination_workload="waypoint-0"' in opened and "} 1" in opened  # one connection, counted once
+
+
 async def test_a_refusal_stands_when_the_state_does_not_change_or_the_waypoint_denies(tmp_path: Path) -> None:
     async with rig(tmp_path) as r:
         r.waypoint.answer = lambda request: 400
         started = asyncio.get_running_loop().time()
-        assert await r.call((VIP, 80), b"no") == b""  # nothing changed within the wait: the refusal stands
-        assert asyncio.get_running_loop().time() - started >= outbound.REPLAN_WAIT * 0.9
-        assert len(r.waypoint.requests) == 1
+        assert await r.call((VIP, 80), b"no") == b""  # the waypoint never serves web: the refusal stands
+        took = asyncio.get_running_loop().time() - started
+        steps = sum(outbound.REPLAN_STEP * 2**n for n in range(outbound.REPLAN_TRIES - 1))
+        assert min(steps, outbound.REPLAN_WAIT) * 0.9 <= took < outbound.REPLAN_WAIT + 1.0
+        assert 2 <= len(r.waypoint.requests) <= outbound.REPLAN_TRIES  # bounded: tries, and the budget
 
         def denied_and_moved(request: InboundRequest) -> int:
             r.set_state(web_waypoint=None)
             return 401  # denied by policy: final, whatever the state says meanwhile
 
         r.set_state()
+        tried = len(r.waypoint.requests)
         r.waypoint.answer = denied_and_moved
         assert await r.call((VIP, 80), b"no") == b""
-        assert len(r.waypoint.requests) == 2
+        assert len(r.waypoint.requests) == tried + 1
         await until(lambda: not r.ctx.connections)
         failed = r.metric_lines("istio_tcp_connections_failed_total")
         assert failed and all('destination_workload="waypoint-0"' in line for line in failed)
 
 
-async def test_a_second_refusal_by_the_same_waypoint_is_not_retried(tmp_path: Path) -> None:
-    """A state update that still sends web through the same waypoint instance does not bring a second CONNECT."""
-    async with rig(tmp_path) as r:
+async def test_an_unreachable_waypoint_is_left_once_the_state_sends_the_connection_elsewhere(tmp_path: Path) -> None:
+    """Rule 7b: the waypoint is going away (nothing listens at its address: its Gateway was deleted, its pod is
+    terminating); this proxy has not heard yet. Once it hears web has no waypoint any more, the same connection
+    goes straight to web's pod. With no such news the connection fails within the budget, and the unreachable
+    instance is dialled once, not again and again."""
 
-        def refused_with_an_unrelated_update(request: InboundRequest) -> int:
-            r.set_state()
-            return 400
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(await reader.read())
+        await writer.drain()
+        writer.close()
 
-        r.waypoint.answer = refused_with_an_unrelated_update
-        assert await r.call((VIP, 80), b"no") == b""
-        assert len(r.waypoint.requests) == 1
+    app = await asyncio.start_server(echo, LEGACY_IP, 0)
+    port = app.sockets[0].getsockname()[1]
+    legacy = pod(
+        "legacy-0", LEGACY_IP, tunnel_protocol=TunnelProtocol.NONE, services={WEB_KEY: (PortMapping(80, port),)}
+    )
+    closed = socket.create_server((WAYPOINT_IP, 0))
+    gone = closed.getsockname()[1]
+    closed.close()  # connections to it are refused
+    try:
+        async with rig(tmp_path) as r:
+            r.set_state(legacy, waypoint_port=gone)
+            loop = asyncio.get_running_loop()
+            loop.call_later(0.3, lambda: r.set_state(legacy, web_waypoint=None))
+            assert await r.call((VIP, 80), b"after the waypoint") == b"after the waypoint"
+            await until(lambda: not r.ctx.connections)
+            assert r.metric_lines("istio_tcp_connections_failed_total") == []
+            (opened,) = r.metric_lines("istio_tcp_connections_opened_total")
+            assert 'destination_workload="legacy-0"' in opened
+
+            r.set_state(legacy, waypoint_port=gone)
+            dials = 0
+            real_connect = sockets.connect
+
+            async def counting(*args: Any, **kwargs: Any) -> socket.socket:
+                nonlocal dials
+                dials += 1
+                return await real_connect(*args, **kwargs)
+
+            started = loop.time()
+            with mock.patch.object(outbound, "connect", counting):
+                # Unrelated updates meanwhile wake the connection, which must not dial the same instance again.
+                for at in (0.2, 0.6, 1.0):
+                    loop.call_later(at, lambda: r.set_state(legacy, waypoint_port=gone))
+                assert await r.call((VIP, 80), b"no") == b""
+            assert outbound.REPLAN_WAIT * 0.9 <= loop.time() - started < outbound.REPLAN_WAIT + 1.0
+            assert dials == 1
+    finally:
+        app.close()
+        await app.wait_closed()

@@ -18,12 +18,20 @@ of local pod P:
    hostname endpoint first fetches an address for it (:class:`~ambit.proxy.hostnames.HostnameResolver`, an address
    of the original destination's family); a failed lookup fails the connection (reset, counted).
 6. Bytes are relayed with half-close both ways; metrics (reporter=source) and one access-log line per connection.
-7. A tunnel through a waypoint that the waypoint refuses with 400 (it does not serve that destination: the binding
-   moved, and the waypoint heard of it before this proxy did) is planned again once this proxy's state has changed
-   since the first plan, waiting up to :data:`REPLAN_WAIT` seconds for that. When the new plan goes elsewhere (the
-   new waypoint, or straight to the destination), the connection is tried there, once; otherwise the refusal
-   stands. Nothing the pod sent has left yet (bytes flow only after a 200), so the retry cannot duplicate data.
-   Other refusals (401: denied by policy, 503) are final, as is any failure of the second try.
+7. A tunnel through a waypoint that fails before anything the pod sent has left (bytes flow only after a 200, so
+   a second try cannot duplicate data) is planned again while the binding may be moving, for at most
+   :data:`REPLAN_WAIT` seconds from the first failure and :data:`REPLAN_TRIES` tries in all:
+
+   a. refused with 400 (the waypoint does not serve that destination: the binding moved, and one of the two ends
+      heard of it first): the proxy waits for its state to change, at most a step (:data:`REPLAN_STEP` seconds,
+      doubling), and plans again. A plan elsewhere (the new waypoint, another instance, straight to the
+      destination) is tried; the same waypoint instance is tried again too, since it may be the end that had not
+      heard yet.
+   b. the waypoint could not be reached (refused, reset or timed out: it is going away, its Gateway deleted or
+      its pod terminating): the proxy waits for a plan that goes elsewhere; the same instance is not dialled
+      again.
+   c. Anything else is final: other refusals (401 denied by policy, 503), a failure of a plan that is not through
+      a waypoint, a new plan that refuses, the budget spent. The connection is counted once, where it last went.
 """
 
 from __future__ import annotations
@@ -56,7 +64,11 @@ from ambit.telemetry.metrics import Reporter
 log = logging.getLogger("ambit.proxy.outbound")
 
 REPLAN_WAIT = 2.0
-"""Seconds a connection whose waypoint refused it as not served waits for this proxy's state to change (rule 7)."""
+"""Seconds from a connection's first failed try through a waypoint during which it may be planned again (rule 7)."""
+REPLAN_STEP = 0.05
+"""Seconds a connection refused as not served first waits for a state change before it is tried again (doubling)."""
+REPLAN_TRIES = 6
+"""Tries at most of one connection, the first included (rule 7)."""
 _NOT_SERVED = 400
 """A waypoint's answer to a CONNECT for a destination it does not serve (:mod:`ambit.waypoint.destinations`)."""
 
@@ -92,24 +104,26 @@ async def serve_outbound(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) 
         return None
     assert source is not None  # only a refusal comes without a source
     accounting = _account(ctx, pod, source, peer_addr, plan, dst_addr)
+    replans = _Replans(ctx, facts, plan, generation)
     with ctx.register("outbound", peer_addr, dst_addr, pod) as registration:
         try:
-            try:
-                upstream, delivery = await _dial(ctx, pod, peer, peer_addr, plan, facts)
-            except TunnelRefusedError as exc:
-                moved = await _replan(ctx, facts, plan, generation, exc)  # rule 7
-                if moved is None:
-                    raise
-                log.info(
-                    "pod %s: %s -> %s: %s; planned again: to %s",
-                    pod.uid,
-                    peer_addr,
-                    dst_addr,
-                    exc,
-                    hostport(*moved.address),
-                )
-                plan, accounting = moved, _account(ctx, pod, source, peer_addr, moved, dst_addr)
-                upstream, delivery = await _dial(ctx, pod, peer, peer_addr, moved, facts)
+            upstream, delivery = None, None
+            while upstream is None:
+                try:
+                    upstream, delivery = await _dial(ctx, pod, peer, peer_addr, plan, facts)
+                except (TunnelRefusedError, ProxyConnectError) as exc:
+                    moved = await replans.after(exc)  # rule 7
+                    if moved is None:
+                        raise
+                    log.info(
+                        "pod %s: %s -> %s: %s; planned again: to %s",
+                        pod.uid,
+                        peer_addr,
+                        dst_addr,
+                        exc,
+                        hostport(*moved.address),
+                    )
+                    plan, accounting = moved, _account(ctx, pod, source, peer_addr, moved, dst_addr)
         except (AmbitError, OSError) as exc:
             accounting.failed(str(exc), exc.flag if isinstance(exc, ProxyError) else ResponseFlag.CONNECT)
             reset(sock)
@@ -160,20 +174,39 @@ def _source_like(source: Workload | None, peer_ip: str, target_ip: str) -> str:
     return next((str(ip) for ip in source.addresses if ip.version == version), peer_ip)
 
 
-async def _replan(
-    ctx: ProxyContext, facts: OutboundFacts, plan: Tunnel | Plain | Local, generation: int, refused: TunnelRefusedError
-) -> Tunnel | Plain | Local | None:
-    """Rule 7: the plan to try instead of a waypoint tunnel refused as not served, or None to let it fail."""
-    if not isinstance(plan, Tunnel) or plan.waypoint is None or refused.status != _NOT_SERVED:
+class _Replans:
+    """Rule 7 for one connection: after a failed try through a waypoint, the plan to try next, or None."""
+
+    def __init__(self, ctx: ProxyContext, facts: OutboundFacts, plan: Tunnel | Plain | Local, generation: int) -> None:
+        self._ctx, self._facts, self._plan, self._generation = ctx, facts, plan, generation
+        self._tries = 1
+        self._step = REPLAN_STEP
+        self._deadline: float | None = None
+
+    async def after(self, failure: TunnelRefusedError | ProxyConnectError) -> Tunnel | Plain | Local | None:
+        plan, ctx = self._plan, self._ctx
+        if not isinstance(plan, Tunnel) or plan.waypoint is None or self._tries >= REPLAN_TRIES:
+            return None
+        not_served = isinstance(failure, TunnelRefusedError) and failure.status == _NOT_SERVED
+        if isinstance(failure, TunnelRefusedError) and not not_served:
+            return None  # rule 7c: denied by policy, or the waypoint cannot reach the destination
+        now = ctx.clock()
+        if self._deadline is None:
+            self._deadline = now + REPLAN_WAIT
+        while (left := self._deadline - ctx.clock()) > 0:
+            await ctx.wait_state_change(self._generation, min(self._step, left) if not_served else left)
+            self._generation = ctx.state_generation
+            again = plan_outbound(self._facts, ctx.state, ctx.node, _choose, random.random)
+            if isinstance(again, Refuse):
+                return None
+            same = isinstance(again, Tunnel) and (again.address, again.authority) == (plan.address, plan.authority)
+            if same and not not_served:
+                continue  # rule 7b: not that instance again; wait for the state to send us elsewhere
+            self._step *= 2
+            self._tries += 1
+            self._plan = again
+            return again
         return None
-    if not await ctx.wait_state_change(generation, REPLAN_WAIT):
-        return None
-    again = plan_outbound(facts, ctx.state, ctx.node, _choose, random.random)
-    if isinstance(again, Refuse):
-        return None
-    if isinstance(again, Tunnel) and (again.address, again.authority) == (plan.address, plan.authority):
-        return None  # the same waypoint instance again: it would refuse again
-    return again
 
 
 async def _resolve_endpoint(ctx: ProxyContext, plan: Plain, like: IPAddress) -> tuple[str, int]:
