@@ -16,7 +16,7 @@ import contextlib
 import dataclasses
 import logging
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -38,7 +38,7 @@ from ambit.hbone.headers import parse_authority
 from ambit.identity.localca import LocalCa
 from ambit.identity.manager import CertificateManager
 from ambit.model.identity import SpiffeId
-from ambit.model.workload import GatewayAddress, NamespacedHostname, PortMapping, TunnelProtocol, Workload
+from ambit.model.workload import GatewayAddress, NamespacedHostname, PortMapping, Service, TunnelProtocol, Workload
 from ambit.proxy import outbound, sockets
 from ambit.proxy.context import LocalPod, ProxyContext
 from ambit.proxy.hbone_server import InboundRequest
@@ -321,6 +321,90 @@ async def test_an_unreachable_waypoint_is_left_once_the_state_sends_the_connecti
                 assert await r.call((VIP, 80), b"no") == b""
             assert outbound.REPLAN_WAIT * 0.9 <= loop.time() - started < outbound.REPLAN_WAIT + 1.0
             assert dials == 1
+    finally:
+        app.close()
+        await app.wait_closed()
+
+
+# On demand (outbound rule 8): the state holds only the client until the control plane answers.
+
+
+class FakeControlPlane:
+    """Stands in for the xDS client's ``demand``: records what was asked and, per name, what the answer adds."""
+
+    def __init__(self, r: Rig, answers: dict[str, tuple[Workload | Service, ...]], *, answered: bool = True) -> None:
+        self.r, self.answers, self.answered = r, answers, answered
+        self.asked: list[tuple[str, ...]] = []
+
+    async def demand(self, names: Sequence[str], wait: float) -> bool:
+        self.asked.append(tuple(names))
+        if not self.answered:
+            return False
+        for name in names:
+            for item in self.answers.get(name, ()):
+                if isinstance(item, Workload):
+                    self.r.ctx.state.upsert_workload(item)
+                else:
+                    self.r.ctx.state.upsert_service(item)
+        self.r.ctx.state_changed()
+        return True
+
+
+def _only_the_client(r: Rig) -> None:
+    r.ctx.state.replace_all([pod("client-0", CLIENT_IP, services={}, service_account="client")], [])
+    r.ctx.state_changed()
+
+
+async def test_on_demand_the_destination_then_its_waypoint_are_asked_for_before_the_connection_is_planned(
+    tmp_path: Path,
+) -> None:
+    async with rig(tmp_path) as r:
+        _only_the_client(r)
+        instance = waypoint_pod("waypoint-0", WAYPOINT_IP)
+        plane = FakeControlPlane(
+            r,
+            {
+                f"/{VIP}": (web_service(waypoint=WAYPOINT_BY_HOST),),
+                "apps/" + WAYPOINT_BY_HOST.destination.hostname: (  # type: ignore[union-attr]
+                    waypoint_service(ports=(PortMapping(15008, r.waypoint.port),)),
+                    instance,
+                ),
+            },
+        )
+        r.ctx.demand = plane.demand
+        assert await r.call((VIP, 80), b"on demand") == b"on demand"
+        assert plane.asked == [(f"/{VIP}",), (f"apps/{WAYPOINT_BY_HOST.destination.hostname}",)]  # type: ignore[union-attr]
+        (request,) = r.waypoint.requests
+        assert request.authority == f"{VIP}:80"
+        assert await r.call((VIP, 80), b"again") == b"again"
+        assert len(plane.asked) == 2  # known now: nothing asked
+
+
+async def test_on_demand_an_address_known_absent_goes_as_outside_the_mesh_and_no_answer_fails_closed(
+    tmp_path: Path,
+) -> None:
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(await reader.read())
+        await writer.drain()
+        writer.close()
+
+    app = await asyncio.start_server(echo, LEGACY_IP, 0)
+    port = app.sockets[0].getsockname()[1]
+    try:
+        async with rig(tmp_path) as r:
+            _only_the_client(r)
+            plane = FakeControlPlane(r, {})
+            r.ctx.demand = plane.demand
+            assert await r.call((LEGACY_IP, port), b"outside") == b"outside"  # passthrough, after asking
+            assert plane.asked == [(f"/{LEGACY_IP}",)]
+
+            silent = FakeControlPlane(r, {}, answered=False)
+            r.ctx.demand = silent.demand
+            assert await r.call((VIP, 80), b"secret") == b""  # the control plane did not answer: reset
+            assert silent.asked == [(f"/{VIP}",)]
+            await until(lambda: not r.ctx.connections)
+            (failed,) = r.metric_lines("istio_tcp_connections_failed_total")
+            assert 'response_flags="NR"' in failed
     finally:
         app.close()
         await app.wait_closed()

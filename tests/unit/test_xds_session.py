@@ -6,6 +6,7 @@ import ipaddress
 from collections.abc import Sequence
 from dataclasses import replace
 
+import pytest
 from google.protobuf import any_pb2
 
 from ambit.api import discovery_pb2 as dpb
@@ -14,6 +15,8 @@ from ambit.controlplane.addresses import addresses
 from ambit.model.localconfig import LocalConfig
 from ambit.model.state import WorkloadState
 from ambit.model.workload import HealthStatus, NetworkAddress, PortMapping, Service, Workload
+from ambit.xds import client_session
+from ambit.xds import session as session_module
 from ambit.xds.client_session import MAX_INITIAL_REQUEST_BYTES, ClientSession
 from ambit.xds.convert import ADDRESS_TYPE_URL, decode_address
 from ambit.xds.session import AUTHORIZATION_TYPE_URL, RequestKind, ResourceSet, ServerSession, XdsResource
@@ -382,3 +385,86 @@ def test_a_client_holding_too_many_resources_to_name_reopens_without_versions_an
     _exchange(ServerSession(), small, WorkloadState(), _table(WEB1, SVC))
     (reopen,) = small.initial_requests()
     assert set(reopen.initial_resource_versions) == {WEB1.uid, SVC.key} and small.resyncing == ()
+
+
+# On demand: client session rule 6, server session rules 3 and 9.
+
+
+def test_an_on_demand_pair_answers_each_demand_and_follows_what_was_asked_across_a_restart() -> None:
+    web1, web2 = _endpoint(WEB1), _endpoint(WEB2)
+    table, client, state = _table(web1, web2, DB, SVC), _client(on_demand=True), WorkloadState()
+    server = ServerSession()
+    _exchange(server, client, state, table)
+    assert state.workloads() == [] and client.synced  # subscribed to nothing, in sync
+
+    request = client.demand(A, ["/198.18.210.1", "/198.18.250.9", "/198.18.210.1"])
+    assert request is not None and list(request.resource_names_subscribe) == ["/198.18.210.1", "/198.18.250.9"]
+    assert client.pending(A) == {"/198.18.210.1", "/198.18.250.9"}
+    assert client.demand(A, ["/198.18.210.1"]) is None  # asked already: nothing more to send
+    (answer,) = server.receive(request, table.current).responses
+    update = client.apply(answer)
+    assert update.answered == {"/198.18.210.1", "/198.18.250.9"} and client.pending(A) == frozenset()
+    assert server.receive(update.reply, table.current).kind is RequestKind.ACK
+    for _, value in update.upserts:
+        state.upsert_workload(value) if isinstance(value, Workload) else state.upsert_service(value)  # type: ignore[arg-type]
+    assert {w.uid for w in state.workloads()} == {WEB1.uid, WEB2.uid} and state.services() == [SVC]
+
+    # Server rule 3: a pod that becomes an endpoint of the Service looked up is pushed too; db-1 never.
+    web3 = _endpoint(_pod("web-3", "198.18.200.4"))
+    changed = table.replace(addresses(_config(web1, web2, web3, replace(DB, node="node-b"), SVC)))
+    (push,) = server.push(A, table.current, changed).responses
+    assert _names(push) == [web3.uid]
+    _deliver(server, client, state, table, push)
+
+    # A restarted control plane: the opening request subscribes to what was asked again, so changes still come.
+    (reopen,) = client.initial_requests()
+    assert list(reopen.resource_names_subscribe) == ["*", "/198.18.210.1", "/198.18.250.9"]
+    assert list(reopen.resource_names_unsubscribe) == ["*"]
+    fresh = ServerSession(prefix="r")
+    restarted = _table(web1, web2, web3, _pod("db-2", "198.18.200.9"), SVC)
+    (resync,) = fresh.receive(reopen, restarted.current).responses
+    assert _names(resync) == [] and not resync.removed_resources  # held at the same versions
+    _deliver(fresh, client, state, restarted, resync)
+    moved = replace(web2, node="node-c")
+    changed = restarted.replace(addresses(_config(web1, moved, web3, _pod("db-2", "198.18.200.9", "b"), SVC)))
+    (push,) = fresh.push(A, restarted.current, changed).responses
+    assert _names(push) == [WEB2.uid]
+
+
+def test_a_demand_made_while_disconnected_is_answered_by_the_next_opening() -> None:
+    table, client = _table(WEB1), _client(on_demand=True)
+    _exchange(ServerSession(), client, WorkloadState(), table)
+    assert client.demand(A, ["/198.18.200.1"]) is not None  # the stream broke before it was written
+    (reopen,) = client.initial_requests()
+    assert "/198.18.200.1" in reopen.resource_names_subscribe
+    (opening,) = ServerSession(prefix="r").receive(reopen, table.current).responses
+    update = client.apply(opening)
+    assert update.answered == {"/198.18.200.1"} and [name for name, _ in update.upserts] == [WEB1.uid]
+
+
+def test_a_wildcard_client_demands_nothing_and_the_demanded_names_are_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert _client().demand(A, ["/198.18.200.1"]) is None
+    monkeypatch.setattr(client_session, "MAX_DEMANDED", 3)
+    client = _client(on_demand=True)
+    first = client.demand(A, ["/a", "/b"])
+    assert first is not None and list(first.resource_names_subscribe) == ["/a", "/b"]
+    second = client.demand(A, ["/c", "/d", "/e"])
+    assert second is not None and list(second.resource_names_subscribe) == ["/c"]
+    assert client.demand(A, ["/f"]) is None and client.pending(A) == {"/a", "/b", "/c"}
+
+
+def test_the_server_answers_names_beyond_its_bound_as_absent_and_does_not_keep_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(session_module, "MAX_NAMES", 3)  # each alias asked for and the workload it found count
+    table = _table(WEB1, WEB2, DB)
+    server = _on_demand(table)
+    (answer,) = server.receive(
+        _request(subscribe=["/198.18.200.1", "/198.18.200.2", "/198.18.200.3"]), table.current
+    ).responses
+    assert sorted(_names(answer)) == sorted([WEB1.uid, WEB2.uid])
+    assert list(answer.removed_resources) == ["/198.18.200.3"]
+    changed = table.replace(addresses(_config(WEB1, WEB2, replace(DB, node="node-b"))))
+    assert server.push(A, table.current, changed).responses == ()  # db-1 was never kept

@@ -211,6 +211,15 @@ def nodeproxy(
     dns_proxy: Annotated[
         bool, typer.Option("--dns-proxy/--no-dns-proxy", help="Answer DNS on 15053 in each pod.")
     ] = True,
+    xds_on_demand: Annotated[
+        bool,
+        typer.Option(
+            "--xds-on-demand/--no-xds-on-demand",
+            envvar="XDS_ON_DEMAND",
+            help="Ask the control plane for each address when a connection needs it instead of holding every "
+            "workload (large meshes; needs --no-dns-proxy).",
+        ),
+    ] = False,
     flow_log_size: Annotated[
         int,
         typer.Option(

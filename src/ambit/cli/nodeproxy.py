@@ -116,6 +116,7 @@ def start(
     pool_max_streams: str | None = None,
     dns_upstream: list[str] | None = None,
     dns_proxy: bool = True,
+    xds_on_demand: bool = False,
     flow_log_size: int = 4096,
     crl_path: Path | None = None,
     pool_idle_timeout: str | None = None,
@@ -181,6 +182,12 @@ def start(
             raise UsageError(
                 "in a pod (no --lab-dir), give --xds-address (or --config) and --ca-address (or --local-ca)"
             )
+    if xds_on_demand and dns_proxy:
+        raise UsageError(
+            "--xds-on-demand needs --no-dns-proxy: the DNS proxy answers from every workload", "--xds-on-demand"
+        )
+    if xds_on_demand and not xds_address:
+        raise UsageError("--xds-on-demand asks a control plane: give --xds-address", "--xds-on-demand")
     settings = NodeProxySettings(
         node=node,
         zds_socket=zds_socket,
@@ -198,6 +205,7 @@ def start(
         event_loop=event_loop,
         admin_token_file=admin_token_file,
         dns_proxy=dns_proxy,
+        xds_on_demand=xds_on_demand,
         dns_nameservers=dns_nameservers,
         flow_log_size=flow_log_size,
         crl_path=None if crl_path is None or str(crl_path) in ("", ".") else crl_path,

@@ -129,6 +129,15 @@ FLAGS: tuple[Flag, ...] = (
     ),
     Flag("--dns-proxy", "dns_proxy", "Answer DNS on 15053 in each pod.", bool, default=True),
     Flag(
+        "--xds-on-demand",
+        "xds_on_demand",
+        "Ask the control plane for each address when a connection needs it instead of holding every workload "
+        "(large meshes; needs --no-dns-proxy).",
+        bool,
+        default=False,
+        envvar="XDS_ON_DEMAND",
+    ),
+    Flag(
         "--flow-log-size",
         "flow_log_size",
         "Connections kept for admin GET /flows (`ambit flows`); 0: no flow log.",

@@ -196,10 +196,13 @@ class NodeProxy:
                 server_name=settings.xds_server_name,
                 policies=self.context.policies,
                 on_policy_change=self._policies_changed,
+                on_demand=settings.xds_on_demand,
             )
             if settings.xds_address
             else None
         )
+        if self.xds is not None and settings.xds_on_demand:
+            self.context.demand = self.xds.demand
         self.context.synced = self._state_complete
         self.admin_token = new_admin_token()
         self.admin_token_file = settings.admin_token_file or settings.zds_socket.parent / ADMIN_TOKEN_FILE

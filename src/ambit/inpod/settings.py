@@ -316,6 +316,10 @@ class NodeProxySettings:
     dns_proxy: bool = True
     """Serve DNS on 15053 in each pod (ztunnel's ``DNS_CAPTURE`` proxy metadata; the node agent's DNS capture
     decides whether the pod's queries reach it)."""
+    xds_on_demand: bool = False
+    """Subscribe to no Address at start and ask the control plane for each one a connection needs (ztunnel's
+    ``XDS_ON_DEMAND``): memory grows with what this node's pods talk to, not with the mesh. Exclusive with
+    :attr:`dns_proxy`, as in ztunnel (the DNS proxy answers from every workload and service)."""
     dns_nameservers: tuple[str, ...] = ()
     """Forward every pod's unanswered queries to these; empty: to each pod's own resolv.conf nameservers, else to
     those of ``resolv_conf``."""

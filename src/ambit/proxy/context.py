@@ -20,7 +20,7 @@ import contextlib
 import ipaddress
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +49,8 @@ WORKLOAD_WAIT = 5.0
 
 SYNC_POLL = 0.1
 """Seconds between looks at :attr:`ProxyContext.synced` while a connection waits for it."""
+DEMAND_WAIT = 5.0
+"""Seconds a connection waits for the control plane to answer an on-demand lookup (then it fails closed)."""
 
 CLUSTER_ID = "Kubernetes"
 
@@ -137,6 +139,9 @@ class ProxyContext:
     """Resolves hostname endpoints on demand (``resolution: DNS`` ServiceEntries); None: they are refused."""
     drain: DrainSignal = field(default_factory=DrainSignal)
     """Raised when the process starts its graceful drain: accepted HBONE connections say GOAWAY."""
+    demand: Callable[[Sequence[str], float], Awaitable[bool]] | None = None
+    """On-demand mode's lookup (the xDS client's :meth:`~ambit.xds.client.XdsClient.demand`: ask for names, wait
+    for the answer, True once answered); None: the state holds every workload (wildcard)."""
     synced: Callable[[], bool] = lambda: True
     """Whether ``state`` holds a complete configuration (the control plane's first full view). Until then a
     connection waits as for its own workload: a destination the state does not know yet would be planned as
@@ -181,10 +186,20 @@ class ProxyContext:
     def find_local_workload(self, pod: LocalPod) -> Workload | None:
         return self.state.find_workload(pod.workload_uid)
 
+    async def fetch(self, names: Sequence[str], wait: float = DEMAND_WAIT) -> bool:
+        """On demand (:mod:`ambit.proxy.on_demand`): ask for ``names`` and wait up to ``wait`` seconds for the
+        answer; True when answered, or at once when there is nothing to ask or the state holds everything."""
+        if self.demand is None or not names:
+            return True
+        return await self.demand(names, wait)
+
     async def wait_local_workload(self, pod: LocalPod, wait: float = WORKLOAD_WAIT) -> Workload | None:
         """The pod's workload, waiting up to ``wait`` seconds for the state to learn it and to be complete
-        (:attr:`synced`); None (the connection is refused) when it does not happen in time."""
+        (:attr:`synced`); None (the connection is refused) when it does not happen in time. On demand, the
+        workload is asked for by its uid first."""
         deadline = self.clock() + wait
+        if self.demand is not None and self.find_local_workload(pod) is None:
+            await self.fetch((pod.workload_uid,), wait)
         while (workload := self.find_local_workload(pod)) is None or not self.synced():
             remaining = deadline - self.clock()
             if remaining <= 0:

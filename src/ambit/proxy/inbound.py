@@ -39,6 +39,7 @@ from ambit.proxy.admission import DEFAULT_HANDSHAKE_TIMEOUT, Ticket
 from ambit.proxy.context import ConnectionEnd, LocalPod, ProxyContext
 from ambit.proxy.errors import ProxyError, ResponseFlag
 from ambit.proxy.hbone_server import HboneServer, InboundRequest, TunnelResponder
+from ambit.proxy.on_demand import address_alias
 from ambit.proxy.plans import ILLEGAL_PORTS, Dial, InboundFacts, Refuse, parse_ip, plan_inbound, plan_plaintext
 from ambit.proxy.relay import Splice, splice
 from ambit.proxy.sockets import connect, original_dst, reset
@@ -50,6 +51,8 @@ if TYPE_CHECKING:
     from ambit.tls.workload import WorkloadCertificate
 
 log = logging.getLogger("ambit.proxy.inbound")
+SOURCE_WAIT = 1.0
+"""Seconds an inbound connection waits, on demand, for its source's workload (its metrics' labels only)."""
 
 
 class InboundRefusedError(ProxyError):
@@ -173,6 +176,10 @@ async def _serve_tunnel(
     ctx: ProxyContext, pod: LocalPod, peer: _HbonePeer, request: InboundRequest, responder: TunnelResponder
 ) -> Splice | None:
     workload = await ctx.wait_local_workload(pod)
+    if ctx.demand is not None and ctx.find_workload_by_ip(peer.peer_address) is None:
+        # On demand: the source, for the metrics' labels only; nothing is decided on it (its identity is its
+        # certificate's), so a slow answer costs the labels, never the connection.
+        await ctx.fetch((address_alias(ctx.settings.network, peer.peer_address),), SOURCE_WAIT)
     facts = InboundFacts(
         workload,
         peer.local_ip,

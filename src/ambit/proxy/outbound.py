@@ -32,6 +32,11 @@ of local pod P:
       again.
    c. Anything else is final: other refusals (401 denied by policy, 503), a failure of a plan that is not through
       a waypoint, a new plan that refuses, the budget spent. The connection is counted once, where it last went.
+8. On demand (``--xds-on-demand``), before planning, the proxy asks the control plane for what the state lacks:
+   the destination's address, then the waypoints it names (:mod:`ambit.proxy.on_demand`). A lookup not answered
+   within :data:`~ambit.proxy.context.DEMAND_WAIT` seconds fails the connection closed (reset, counted, ``NR``):
+   planning a destination the proxy cannot see as unknown could send a meshed one plaintext. An answer of
+   "nothing there" is an answer: the destination is outside the mesh and goes as it would in wildcard mode.
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ from ambit.proxy.hbone_client import HboneClient, TunnelRefusedError
 from ambit.proxy.hbone_stream import HboneStream
 from ambit.proxy.hostnames import HostnameLookupError
 from ambit.proxy.inbound import LocalDelivery, deliver_locally, guard
+from ambit.proxy.on_demand import outbound_needs
 from ambit.proxy.plans import HBONE_PORT, Local, OutboundFacts, Plain, Refuse, Tunnel, parse_ip, plan_outbound
 from ambit.proxy.pool import PoolKey
 from ambit.proxy.relay import Splice
@@ -92,6 +98,12 @@ async def serve_outbound(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) 
         return None
     source = await ctx.wait_local_workload(pod)
     facts = OutboundFacts(parse_ip(dst[0]), dst[0], dst[1], source)
+    if ctx.demand is not None and source is not None and not await _fetch_destination(ctx, facts):
+        _account(ctx, pod, source, hostport(*peer[:2]), None, hostport(*dst)).failed(
+            "the control plane did not answer the on-demand lookup in time", ResponseFlag.NO_ROUTE
+        )  # rule 8: fail closed
+        reset(sock)
+        return None
     generation = ctx.state_generation
     plan = plan_outbound(facts, ctx.state, ctx.node, _choose, random.random)
     peer_addr, dst_addr = hostport(peer[0], peer[1]), hostport(dst[0], dst[1])
@@ -136,6 +148,22 @@ async def serve_outbound(ctx: ProxyContext, pod: LocalPod, sock: socket.socket) 
         if delivery is not None:
             guard(ctx, running, delivery.dial)
         return running
+
+
+async def _fetch_destination(ctx: ProxyContext, facts: OutboundFacts) -> bool:
+    """Rule 8: ask for the destination, then for the waypoints it names, until the state has what the plan reads;
+    False when an answer did not come in time."""
+    asked: set[str] = set()
+    for _ in range(3):  # the destination, its waypoints, (a waypoint named by address: its Service)
+        needs = [
+            n for n in outbound_needs(ctx.state, ctx.settings.network, facts.dst_ip, facts.source) if n not in asked
+        ]
+        if not needs:
+            return True
+        asked.update(needs)
+        if not await ctx.fetch(needs):
+            return False
+    return True
 
 
 async def _dial(

@@ -26,6 +26,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 from collections.abc import Callable, Sequence
@@ -46,7 +47,7 @@ from ambit.xds.authorization import decode_authorization
 from ambit.xds.client_session import ClientSession, ClientUpdate, Decoder
 from ambit.xds.convert import ADDRESS_TYPE_URL, decode_address
 from ambit.xds.errors import GrpcCallError, XdsConfigFileError
-from ambit.xds.grpc_channel import Channel, ChannelFactory, ChannelSettings, GrpcChannel
+from ambit.xds.grpc_channel import Channel, ChannelFactory, ChannelSettings, GrpcChannel, StreamCall
 from ambit.xds.keepalive import DEFAULT_KEEPALIVE, KeepaliveSettings
 from ambit.xds.session import AUTHORIZATION_TYPE_URL, METHOD, SERVICE_NAME
 
@@ -122,6 +123,7 @@ class XdsClient:
         keepalive: KeepaliveSettings = DEFAULT_KEEPALIVE,
         subscriptions: Sequence[Subscription] = (),
         channel_factory: ChannelFactory = GrpcChannel,
+        on_demand: bool = False,
     ) -> None:
         self.target = target
         self._channel_factory = channel_factory
@@ -137,7 +139,12 @@ class XdsClient:
             decoders[AUTHORIZATION_TYPE_URL] = decode_authorization
         decoders.update({sub.type_url: sub.decoder for sub in subscriptions})
         named = {sub.type_url: sub.names for sub in subscriptions}
-        self.session = ClientSession(decoders, node=client_node(node_id, cluster_id), named=named)
+        self.session = ClientSession(decoders, node=client_node(node_id, cluster_id), named=named, on_demand=on_demand)
+        self._call: StreamCall | None = None
+        """The live stream while connected: on-demand requests are written to it between the loop's replies."""
+        self._write_lock = asyncio.Lock()
+        self._answers = asyncio.Event()
+        """Set (and replaced) whenever a response answered demanded names or a stream (re)opened."""
         self.connected = False
         self.connects = 0
         self.nacks = 0
@@ -212,8 +219,10 @@ class XdsClient:
         channel = self._channel()
         try:
             call = await channel.stream(_PATH, metadata=metadata)
-            for request in self.session.initial_requests():
-                await call.write(request.SerializeToString())
+            async with self._write_lock:
+                for request in self.session.initial_requests():
+                    await call.write(request.SerializeToString())
+                self._call = call
             for type_url in self.session.resyncing:
                 log.info(
                     "xds %s: %s opened without its resource versions (too many to send): full resync",
@@ -234,9 +243,43 @@ class XdsClient:
                 self._got_response = True
                 update = self.session.apply(response)
                 self._apply(update)
-                await call.write(update.reply.SerializeToString())
+                if update.answered:
+                    self._wake_demands()
+                async with self._write_lock:
+                    await call.write(update.reply.SerializeToString())
         finally:
+            self._call = None
             await channel.aclose()
+
+    def _wake_demands(self) -> None:
+        self._answers.set()
+        self._answers = asyncio.Event()
+
+    async def demand(self, names: Sequence[str], wait: float) -> bool:
+        """Ask the control plane for Address resources by name or ``network/IP`` alias (on-demand mode), and wait
+        up to ``wait`` seconds for the answer; True once every name is answered (found or known absent), False on
+        timeout or when this client is not on demand. Never raises for a broken stream: a name asked while
+        disconnected goes out with the next opening request."""
+        if not self.session.on_demand:
+            return False
+        request = self.session.demand(ADDRESS_TYPE_URL, names)
+        if request is not None and self._call is not None:
+            call = self._call
+            try:
+                async with self._write_lock:
+                    await call.write(request.SerializeToString())
+            except Exception as exc:  # the stream broke: the reconnect subscribes again (client session rule 6)
+                log.info("xds %s: on-demand request not written: %s", self.target, exc)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        wanted = set(names)
+        while wanted & self.session.pending(ADDRESS_TYPE_URL):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._answers.wait(), remaining)
+        return True
 
     def _apply(self, update: ClientUpdate) -> None:
         if update.nacked:

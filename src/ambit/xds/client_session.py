@@ -20,6 +20,14 @@ Rules:
    would make its opening request larger than :data:`MAX_INITIAL_REQUEST_BYTES` (some 15,000 resources) opens
    without them instead of failing every reconnect. The server then sends the type's whole wanted state in its
    first response, so that response replaces what is held: a held name it lacks is removed.
+6. On demand (ztunnel's ``XDS_ON_DEMAND``): a type opens subscribed to nothing (``*`` in subscribe and in
+   unsubscribe). :meth:`ClientSession.demand` asks for resource names or ``network/IP`` aliases not asked before
+   and remembers them: a reconnect subscribes to them again in its opening request, so the server keeps pushing
+   their changes. A demanded name is *pending* until a response answers it: one that carries a resource of that
+   name or alias, or names it in ``removed_resources`` (the server's "nothing there"), or the first response
+   after a (re)connect, which carries everything subscribed. At most :data:`MAX_DEMANDED` names per type are
+   remembered; beyond that a demand asks for nothing (a pod connecting to ever new addresses cannot grow the
+   client, or the server, without bound), and the caller treats the name as unknown.
 """
 
 from __future__ import annotations
@@ -39,6 +47,8 @@ Decoder = Callable[[str, any_pb2.Any], object]
 """Resource name and packed body → a model value; raises :class:`XdsConversionError` on bad input."""
 
 NACK_CODE = 3  # google.rpc.Code INVALID_ARGUMENT
+MAX_DEMANDED = 65536
+"""Names at most one type may have demanded (rule 6)."""
 MAX_INITIAL_REQUEST_BYTES = 768 * 1024
 """Largest opening request sent with ``initial_resource_versions`` (rule 5): under our server's 1 MiB limit."""
 
@@ -52,6 +62,8 @@ class ClientUpdate:
     removals: tuple[str, ...]
     reply: dpb.DeltaDiscoveryRequest
     errors: tuple[str, ...] = ()
+    answered: frozenset[str] = frozenset()
+    """Demanded names this response answered (rule 6)."""
 
     @property
     def nacked(self) -> bool:
@@ -61,7 +73,18 @@ class ClientUpdate:
 class ClientSession:
     """What one client holds, across reconnects. Pure and synchronous."""
 
-    __slots__ = ("_decoders", "_first_seen", "_held", "_named", "_node", "_on_demand", "_resync", "synced")
+    __slots__ = (
+        "_decoders",
+        "_demanded",
+        "_first_seen",
+        "_held",
+        "_named",
+        "_node",
+        "_on_demand",
+        "_pending",
+        "_resync",
+        "synced",
+    )
 
     def __init__(
         self,
@@ -80,7 +103,19 @@ class ClientSession:
         self._first_seen: set[str] = set()
         self._resync: set[str] = set()
         """Types opened without what they hold (rule 5): their first response is the whole state."""
+        self._demanded: dict[str, set[str]] = {}
+        """Names asked for on demand, per type (rule 6): subscribed again on every reconnect."""
+        self._pending: dict[str, set[str]] = {}
+        """Demanded names not answered yet, per type."""
         self.synced = False
+
+    @property
+    def on_demand(self) -> bool:
+        return self._on_demand
+
+    def pending(self, type_url: str) -> frozenset[str]:
+        """The demanded names of ``type_url`` no response has answered yet (rule 6)."""
+        return frozenset(self._pending.get(type_url, ()))
 
     @property
     def resyncing(self) -> tuple[str, ...]:
@@ -105,12 +140,27 @@ class ClientSession:
             elif self._on_demand:
                 request.resource_names_subscribe.append(WILDCARD)
                 request.resource_names_unsubscribe.append(WILDCARD)
+                request.resource_names_subscribe.extend(sorted(self._demanded.get(type_url, ())))
             requests.append(request)
         return requests
 
     def subscribe(self, type_url: str, names: Sequence[str]) -> dpb.DeltaDiscoveryRequest:
         """An on-demand lookup: subscribe to resource names or ``network/IP`` aliases."""
         return dpb.DeltaDiscoveryRequest(type_url=type_url, resource_names_subscribe=list(names))
+
+    def demand(self, type_url: str, names: Sequence[str]) -> dpb.DeltaDiscoveryRequest | None:
+        """Rule 6: the request asking for the ``names`` not demanded before (pending from now on), or None when
+        there are none, the type is not on demand, or the bound is reached."""
+        if not self._on_demand or type_url not in self._held or type_url in self._named:
+            return None
+        demanded = self._demanded.setdefault(type_url, set())
+        new = [name for name in dict.fromkeys(names) if name and name not in demanded]
+        new = new[: max(0, MAX_DEMANDED - len(demanded))]
+        if not new:
+            return None
+        demanded.update(new)
+        self._pending.setdefault(type_url, set()).update(new)
+        return self.subscribe(type_url, new)
 
     def apply(self, response: dpb.DeltaDiscoveryResponse) -> ClientUpdate:
         """Decode one response; record what was applied; build the ACK or NACK."""
@@ -149,7 +199,24 @@ class ClientSession:
         if errors:
             reply.error_detail.code = NACK_CODE
             reply.error_detail.message = "; ".join(errors)
+        answered = self._answer(type_url, response)
         self._first_seen.add(type_url)
         if self._first_seen >= set(self._held):
             self.synced = True
-        return ClientUpdate(type_url, tuple(upserts), tuple(removals), reply, tuple(errors))
+        return ClientUpdate(type_url, tuple(upserts), tuple(removals), reply, tuple(errors), answered)
+
+    def _answer(self, type_url: str, response: dpb.DeltaDiscoveryResponse) -> frozenset[str]:
+        """Rule 6: the pending names ``response`` answers, no longer pending."""
+        pending = self._pending.get(type_url)
+        if not pending:
+            return frozenset()
+        if type_url not in self._first_seen:  # the opening answer carries everything subscribed
+            answered = frozenset(pending)
+        else:
+            mentioned = set(response.removed_resources)
+            for resource in response.resources:
+                mentioned.add(resource.name)
+                mentioned.update(resource.aliases)
+            answered = frozenset(pending & mentioned)
+        pending -= answered
+        return answered

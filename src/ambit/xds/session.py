@@ -13,7 +13,9 @@ Rules:
 2. Later requests change the subscription: ``*`` in subscribe turns wildcard on, ``*`` in unsubscribe turns it off
    (ztunnel's on-demand mode sends both at once: "subscribe to nothing"). Other names are resource names or
    ``network/IP`` aliases; unsubscribing a name forgets that the client holds it.
-3. A client *wants* a resource when it is wildcard, or subscribed to the resource's name or one of its aliases.
+3. A client *wants* a resource when it is wildcard, or subscribed to the resource's name, one of its aliases, or
+   one of its parents (a workload that becomes an endpoint of a Service the client looked up is pushed to it, as
+   the endpoints the lookup carried are).
 4. A response carries each wanted resource whose version differs from what the client holds, and in
    ``removed_resources`` each name the client holds that no longer exists, plus each explicitly subscribed name
    that resolves to nothing (so an on-demand lookup gets an answer). Unchanged resources are never resent.
@@ -28,6 +30,8 @@ Rules:
    that has members (a Service: the workloads that are its endpoints) comes with all of them. The client is then
    subscribed to every resource the answer carried, so later changes to them are pushed (istiod merges what it
    sent into the client's resource names).
+9. A client holds at most :data:`MAX_NAMES` subscribed names per type: names beyond that are answered as absent
+   (in ``removed_resources``) and not remembered, so a client asking for ever new addresses costs bounded memory.
 """
 
 from __future__ import annotations
@@ -56,6 +60,8 @@ SERVICE_NAME = "envoy.service.discovery.v3.AggregatedDiscoveryService"
 """The gRPC service of delta ADS; with :data:`METHOD`, the one stream both ends speak."""
 METHOD = "DeltaAggregatedResources"
 WILDCARD = "*"
+MAX_NAMES = 100_000
+"""Subscribed names at most per client and type (rule 9)."""
 T = TypeVar("T")
 
 
@@ -203,7 +209,13 @@ class _TypeState:
     in_flight: dict[str, tuple[str, ...]] = field(default_factory=dict)  # nonce → names it carried
 
     def wants(self, resource: XdsResource) -> bool:
-        return self.wildcard or resource.name in self.names or any(a in self.names for a in resource.aliases)
+        names = self.names
+        return (
+            self.wildcard
+            or resource.name in names
+            or any(a in names for a in resource.aliases)
+            or any(p in names for p in resource.parents)
+        )
 
 
 def _shared(versions: Mapping[str, str], current: ResourceSet) -> dict[str, str]:
@@ -262,11 +274,15 @@ class ServerSession:
                 kind, error = RequestKind.NACK, request.error_detail.message or f"code {request.error_detail.code}"
             else:
                 kind = RequestKind.ACK
-        subscribed = [n for n in request.resource_names_subscribe if n != WILDCARD]
+        subscribed: list[str] = []
+        refused: list[str] = []
         for name in request.resource_names_subscribe:
             if name == WILDCARD:
                 state.wildcard = True
+            elif name not in state.names and len(state.names) >= MAX_NAMES:
+                refused.append(name)  # rule 9
             else:
+                subscribed.append(name)
                 state.names.add(name)
                 state.names.update(current.lookup(name))  # rule 8: follow what the answer carries
         for name in request.resource_names_unsubscribe:
@@ -279,8 +295,8 @@ class ServerSession:
                         state.held.pop(resolved, None)
         if opened:
             response = self._respond(type_url, state, current, None, always=True)
-        elif subscribed:
-            response = self._respond(type_url, state, current, None, always=True, looked_up=subscribed)
+        elif subscribed or refused:
+            response = self._respond(type_url, state, current, None, always=True, looked_up=subscribed, refused=refused)
         else:
             response = None
         return SessionOutput(kind, (response,) if response is not None else (), error)
@@ -307,6 +323,7 @@ class ServerSession:
         *,
         always: bool,
         looked_up: Collection[str] = (),
+        refused: Collection[str] = (),
     ) -> dpb.DeltaDiscoveryResponse | None:
         candidates: Iterable[str] = changed if changed is not None else {*current.by_name, *state.held}
         if looked_up:
@@ -324,6 +341,7 @@ class ServerSession:
                 state.held[name] = resource.version
                 sent.append(resource.to_wire())
         removed.extend(name for name in looked_up if not current.lookup(name) and name not in removed)
+        removed.extend(name for name in refused if name not in removed)
         if not sent and not removed and not always:
             return None
         self._counter += 1
