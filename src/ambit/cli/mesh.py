@@ -380,6 +380,24 @@ def controlplane(
         str,
         typer.Option("--crl-configmap", envvar="PILOT_CRL_CONFIGMAP", help="The ConfigMap the CRL is published as."),
     ] = "istio-ca-crl",
+    max_requests_per_second: Annotated[
+        float,
+        typer.Option(
+            "--max-requests-per-second",
+            envvar="PILOT_MAX_REQUESTS_PER_SECOND",
+            min=0.0,
+            help="New xDS streams admitted a second; beyond that a stream waits up to 1 s, then is refused with a "
+            "retry hint (istiod's PILOT_MAX_REQUESTS_PER_SECOND; 0: 15 + 5 per CPU, at most 100).",
+        ),
+    ] = 0.0,
+    max_xds_clients: Annotated[
+        int,
+        typer.Option(
+            "--max-xds-clients",
+            min=1,
+            help="xDS streams held at most; a stream beyond it is refused at once with a retry hint.",
+        ),
+    ] = 20_000,
     untaint_nodes: Annotated[
         bool,
         typer.Option(
@@ -494,6 +512,8 @@ def controlplane(
         webhook_service=webhook_service,
         cacerts_dir=cacerts_dir,
         untaint_nodes=untaint_nodes,
+        xds_rate=max_requests_per_second or None,
+        xds_max_streams=max_xds_clients,
         deploy_waypoints=deploy_waypoints,
         waypoint_xds_address=waypoint_xds_address,
         waypoint_image=waypoint_image,

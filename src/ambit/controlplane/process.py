@@ -98,6 +98,7 @@ from ambit.k8s import EventRecorder, EventRecorderSettings, KubeClient, KubeClie
 from ambit.model.localconfig import LocalConfig
 from ambit.model.routes import WaypointConfig
 from ambit.tls.certs import issue_server_cert
+from ambit.xds.admission import Admission, default_rate
 from ambit.xds.gateway import GATEWAY_CONFIG_TYPE_URL, gateway_config_to_proto
 from ambit.xds.routes import WAYPOINT_CONFIG_TYPE_URL, waypoint_config_to_proto
 from ambit.xds.server import Caller, Metadata, XdsServer
@@ -150,6 +151,11 @@ class ControlPlaneSettings:
     """Istio's plug-in CA directory (the ``cacerts`` Secret): used when it holds ``ca-cert.pem`` and ``ca-key.pem``
     and no ``plugin_cert`` is given; ``root-cert.pem`` is the root when the CA is an intermediate."""
     untaint_nodes: bool = False
+    xds_rate: float | None = None
+    """New xDS streams admitted a second (istiod's ``PILOT_MAX_REQUESTS_PER_SECOND``); None: istiod's default for
+    this machine (:func:`~ambit.xds.admission.default_rate`)."""
+    xds_max_streams: int = 20_000
+    """xDS streams held at most (:mod:`ambit.xds.admission` rule 1)."""
     """Remove the ``cni.istio.io/not-ready`` taint from each node whose node agent (``k8s-app=istio-cni-node`` in
     the root namespace) is ready (:mod:`ambit.controlplane.untaint`; istiod's
     ``PILOT_ENABLE_NODE_UNTAINT_CONTROLLERS``). Needs ``patch`` on Nodes."""
@@ -519,6 +525,7 @@ class ControlPlane:
             debug_access=DebugAccessChecker(self.client, accounts=s.debug_accounts),
             control_plane=s.instance or socket.gethostname(),
             observer=self.metrics,
+            admission=Admission(rate=s.xds_rate or default_rate(), max_streams=s.xds_max_streams),
         )
         self.events.start()
         await self.pods.start()

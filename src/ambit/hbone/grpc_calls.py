@@ -25,7 +25,8 @@ Rules:
    is a decimal code; a missing or malformed one is UNKNOWN (2) and, when the HTTP status is not 200, the code
    gRPC maps that HTTP status to. ``grpc-message`` is percent-decoded (invalid UTF-8 replaced) and cut to
    :data:`MAX_STATUS_MESSAGE` characters, with control characters shown escaped (and the escaped text cut to
-   that length again), for one-line errors.
+   that length again), for one-line errors. ``grpc-retry-pushback-ms`` (the server's retry hint) is kept when it is
+   a decimal of at most 10 digits, as seconds at most :data:`MAX_PUSHBACK`; anything else is no hint.
 5. A :class:`CallResponse` reads one call's response side from the engine's events: a response head that is not
    HTTP 200 with a ``content-type`` of ``application/grpc`` ends the call (its status from the head, else the
    HTTP status's code, else UNKNOWN); messages are cut by rule 2 (a refused one ends the call: RESOURCE_EXHAUSTED
@@ -53,6 +54,8 @@ from ambit.hbone.errors import GrpcMessageError, GrpcMessageTooLarge, HboneError
 
 PREFIX = struct.Struct("!BI")
 _GRPC_CONTENT_TYPES = ("application/grpc+", "application/grpc;")
+MAX_PUSHBACK = 600.0
+"""Seconds: the longest retry hint taken from a server (rule 4)."""
 MAX_STATUS_MESSAGE = 512
 _RESERVED = frozenset({"content-type", "te", "connection", "keep-alive", "transfer-encoding", "upgrade", "host"})
 
@@ -93,6 +96,8 @@ _HTTP_TO_STATUS = {
 class CallStatus:
     code: StatusCode
     message: str = ""
+    pushback: float | None = None
+    """Seconds the server asked the client to wait before it tries again (``grpc-retry-pushback-ms``), if any."""
 
     @property
     def ok(self) -> bool:
@@ -184,6 +189,10 @@ def call_status(headers: Sequence[tuple[str, str]], http_status: int = 200) -> C
     """Rule 4: the status in a call's trailers (or its trailers-only head)."""
     code_text = next((v for n, v in headers if n == "grpc-status"), None)
     message = next((v for n, v in headers if n == "grpc-message"), "")
+    pushback_text = next((v for n, v in headers if n == "grpc-retry-pushback-ms"), "")
+    pushback = None
+    if pushback_text.isascii() and pushback_text.isdigit() and len(pushback_text) <= 10:
+        pushback = min(int(pushback_text) / 1000, MAX_PUSHBACK)
     code = StatusCode.UNKNOWN
     if code_text is not None and code_text.isascii() and code_text.isdigit() and len(code_text) <= 3:
         code = StatusCode(int(code_text)) if int(code_text) in StatusCode._value2member_map_ else StatusCode.UNKNOWN
@@ -192,7 +201,7 @@ def call_status(headers: Sequence[tuple[str, str]], http_status: int = 200) -> C
         message = message or f"HTTP status {http_status}"
     elif code_text is None:
         message = message or "the call ended without a grpc-status"
-    return CallStatus(code, _readable(message))
+    return CallStatus(code, _readable(message), pushback)
 
 
 def _readable(message: str) -> str:

@@ -8,7 +8,10 @@ rotated root or a refreshed token is picked up without a restart, and sends ``au
 resync), then for each response: decode, apply upserts and removals to the :class:`WorkloadState`, call
 ``on_change`` once if anything changed, and write the ACK or NACK. The channel pings an idle connection every 30 s
 and drops it when the ACK is 10 s late (:mod:`ambit.xds.keepalive`), so a control plane that went silent is
-noticed within :attr:`KeepaliveSettings.detection_bound` (40 s) and the loop reconnects.
+noticed within :attr:`KeepaliveSettings.detection_bound` (40 s) and the loop reconnects. A stream the server
+refused with a retry hint (``grpc-retry-pushback-ms``: an overloaded control plane, :mod:`ambit.xds.admission`)
+waits that long instead of the back-off. In on-demand mode :meth:`XdsClient.demand` writes lookups onto the live
+stream between the loop's replies (one write lock) and waits for their answers (client session rule 6).
 
 The channel comes from ``channel_factory``: by default :class:`~ambit.xds.grpc_channel.GrpcChannel`, our HTTP/2
 engine (no grpcio in the node proxy); each connect makes a new one, so the root is re-read. Responses are bounded
@@ -169,13 +172,14 @@ class XdsClient:
     async def run(self) -> None:
         attempt = 0
         while True:
+            pushback: float | None = None
             try:
                 got_response = await self._connect_once()
             except asyncio.CancelledError:
                 raise
             except GrpcCallError as exc:
                 got_response = exc.code != StatusCode.UNAUTHENTICATED and self._got_response
-                self.last_error = str(exc)
+                self.last_error, pushback = str(exc), exc.pushback
             except XdsConfigFileError as exc:
                 got_response, self.last_error = False, str(exc)
             except Exception as exc:  # a broken stream in any other way: reconnect, never die
@@ -184,6 +188,8 @@ class XdsClient:
                 self.connected = False
             attempt = 0 if got_response else attempt + 1
             delay = self._backoff.delay(attempt, self._rng())
+            if pushback is not None:  # the server's retry hint (overload): it knows better than our back-off
+                delay = pushback
             log.warning("xds %s: disconnected (%s); retrying in %.2fs", self.target, self.last_error, delay)
             await asyncio.sleep(delay)
 

@@ -43,7 +43,9 @@ class XdsConfigFileError(XdsError):
 class GrpcCallError(XdsError):
     """A gRPC call failed (:mod:`ambit.xds.grpc_channel`): ``code`` and ``details`` as gRPC states them, one line."""
 
-    def __init__(self, code: StatusCode, details: str) -> None:
+    def __init__(self, code: StatusCode, details: str, pushback: float | None = None) -> None:
         super().__init__(f"{code.name}: {details}" if details else code.name)
         self.code = code
         self.details = details
+        self.pushback = pushback
+        """Seconds the server asked us to wait before trying again (its ``grpc-retry-pushback-ms``), if it did."""

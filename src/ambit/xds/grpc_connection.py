@@ -88,7 +88,7 @@ class GrpcCall:
                 self.conn.forget(self)
                 if status.ok:
                     return None
-                raise GrpcCallError(status.code, status.message)
+                raise GrpcCallError(status.code, status.message, status.pushback)
             self.wakeup.clear()
             await self.wakeup.wait()
         message, credit = self.queue.take()
@@ -352,4 +352,4 @@ class GrpcConnection:
 def _ended(status: CallStatus | None) -> GrpcCallError:
     if status is None or status.ok:
         return GrpcCallError(StatusCode.INTERNAL, "the call is already over")
-    return GrpcCallError(status.code, status.message)
+    return GrpcCallError(status.code, status.message, status.pushback)

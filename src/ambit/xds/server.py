@@ -1,8 +1,11 @@
 """The delta ADS server (spec §4.2, §5.2): a thin grpc.aio shell around :class:`~ambit.xds.session.ServerSession`.
 
 Theory of operation: :class:`XdsService` implements ``envoy.service.discovery.v3.AggregatedDiscoveryService/
-DeltaAggregatedResources``. Each stream first authenticates its caller from the gRPC metadata with the injected
-``authenticate`` (None → ``UNAUTHENTICATED`` before any resource is sent). Then two loops share one session:
+DeltaAggregatedResources``. Each new stream first passes :attr:`XdsService.admission`
+(:mod:`ambit.xds.admission`: a bound on streams held and istiod's rate limit of new ones; a refused stream ends
+with ``RESOURCE_EXHAUSTED`` and a ``grpc-retry-pushback-ms`` trailer before it costs an authentication), then
+authenticates its caller from the gRPC metadata with the injected ``authenticate`` (None → ``UNAUTHENTICATED``
+before any resource is sent). Then two loops share one session:
 
 - the reader feeds each request to the session and writes the response it returns;
 - the pusher sleeps until a :class:`~ambit.xds.table.ResourceSource` (one per type: Addresses, and Authorizations
@@ -49,6 +52,7 @@ import inspect
 import itertools
 import json
 import logging
+import random
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -58,6 +62,7 @@ import grpc  # type: ignore[import-untyped]
 from google.protobuf import any_pb2, wrappers_pb2
 
 from ambit.api import discovery_pb2 as dpb
+from ambit.xds.admission import Admission, Refuse
 from ambit.xds.convert import ADDRESS_TYPE_URL
 from ambit.xds.errors import XdsError
 from ambit.xds.keepalive import DEFAULT_KEEPALIVE, KeepaliveSettings
@@ -88,6 +93,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("ambit.xds.server")
+PUSHBACK_KEY = "grpc-retry-pushback-ms"
+"""The trailer a refused stream's retry hint travels in (gRPC's server pushback)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +191,8 @@ class XdsStats:
     stream_errors: int = 0
     debug_answers: int = 0
     debug_refused: int = 0
+    refused: int = 0
+    """Streams refused by admission (overload)."""
 
 
 class XdsService:
@@ -205,8 +214,13 @@ class XdsService:
         clock: Callable[[], float] = time.time,
         observer: XdsObserver = NO_OBSERVER,
         timer: Callable[[], float] = time.monotonic,
+        admission: Admission | None = None,
+        draw: Callable[[], float] = random.random,
     ) -> None:
-        """``clock`` stamps the sync status; ``timer`` (monotonic) measures what ``observer`` is told."""
+        """``clock`` stamps the sync status; ``timer`` (monotonic) measures what ``observer`` is told and times
+        admission; ``draw`` spreads admission's retry hints."""
+        self.admission = admission if admission is not None else Admission()
+        self._draw = draw
         self._sources: dict[str, ResourceSource] = {ADDRESS_TYPE_URL: source}
         if authorizations is not None:
             self._sources[AUTHORIZATION_TYPE_URL] = authorizations
@@ -252,14 +266,28 @@ class XdsService:
         return result if isinstance(result, Caller) else None
 
     async def _stream(self, request_iterator: Any, context: Any) -> None:
+        decision = self.admission.arrive(self._timer(), self._draw())  # before authentication (admission rule 3)
+        if isinstance(decision, Refuse):
+            self.stats.refused += 1
+            await _first_request(request_iterator)
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"xds: {decision.reason}, retry later",
+                trailing_metadata=((PUSHBACK_KEY, decision.pushback_ms),),
+            )
+            return
+        try:
+            if decision.wait:
+                await asyncio.sleep(decision.wait)
+            await self._admitted(request_iterator, context)
+        finally:
+            self.admission.leave()
+
+    async def _admitted(self, request_iterator: Any, context: Any) -> None:
         caller = await self._caller(tuple(context.invocation_metadata() or ()))
         if caller is None:
             self.stats.unauthenticated += 1
-            # Let the client's first request land before refusing: aborting while it is still writing can reach it
-            # as a reset (INTERNAL) instead of our status. Nothing is sent either way.
-            with contextlib.suppress(Exception):
-                async with asyncio.timeout(1.0):
-                    await anext(aiter(request_iterator))
+            await _first_request(request_iterator)
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, "xds: a valid bearer token is required")
             return
         stream_id = next(self._ids)
@@ -461,6 +489,14 @@ class _Changes:
         return on_change
 
 
+async def _first_request(request_iterator: Any) -> None:
+    """Let the client's first request land before refusing it: aborting while it is still writing can reach it as
+    a reset (INTERNAL) instead of our status. Nothing is sent either way."""
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(1.0):
+            await anext(aiter(request_iterator))
+
+
 def _record_sent(record: ClientSync, response: dpb.DeltaDiscoveryResponse, now: float) -> None:
     record.sent(response.type_url, response.nonce, len(response.resources) + len(response.removed_resources), now)
 
@@ -495,6 +531,7 @@ class XdsServer:
         control_plane: str = "",
         stale_after: float = DEFAULT_STALE_AFTER,
         observer: XdsObserver = NO_OBSERVER,
+        admission: Admission | None = None,
     ) -> None:
         """``grpc_options`` are the gRPC server's channel options (the CA sharing it passes its message size cap);
         they win over the ``keepalive`` options (:mod:`ambit.xds.keepalive`) where both name one."""
@@ -509,6 +546,7 @@ class XdsServer:
             control_plane=control_plane,
             stale_after=stale_after,
             observer=observer,
+            admission=admission,
         )
         self._certificate: Any = grpc.ssl_server_certificate_configuration([(key_pem, cert_chain_pem)])
         self._pending_certificate: Any = None
