@@ -373,3 +373,63 @@ def test_no_mesh_daemon_runs_as_a_host_process(lab: Lab) -> None:
     procs = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True).stdout
     assert f"--lab-dir {lab.directory}" not in procs
     assert not (Path(lab.directory) / "logs" / "supervisor.log").exists()
+
+
+def _node_proxy_args(lab: Lab) -> list[str]:
+    (container,) = [
+        c
+        for c in lab.get("daemonset", "ztunnel", "-n", SYSTEM)["spec"]["template"]["spec"]["containers"]
+        if "nodeproxy" in (c.get("args") or [])
+    ]
+    return list(container["args"])
+
+
+def _set_node_proxy_args(lab: Lab, args: list[str]) -> None:
+    containers = lab.get("daemonset", "ztunnel", "-n", SYSTEM)["spec"]["template"]["spec"]["containers"]
+    index = next(i for i, c in enumerate(containers) if "nodeproxy" in (c.get("args") or []))
+    patch = [{"op": "replace", "path": f"/spec/template/spec/containers/{index}/args", "value": args}]
+    lab.kubectl("patch", "daemonset", "ztunnel", "-n", SYSTEM, "--type=json", "-p", json.dumps(patch))
+    lab.kubectl("rollout", "status", "daemonset/ztunnel", "-n", SYSTEM, "--timeout=180s", timeout=200)
+
+
+def test_on_demand_node_proxies_learn_only_what_their_pods_talk_to_and_traffic_flows(lab: Lab, namespace: str) -> None:
+    """``--xds-on-demand`` (ztunnel's ``XDS_ON_DEMAND``, with the DNS proxy off as ztunnel requires) set on the
+    DaemonSet by a JSON patch: after the rollout each node proxy holds its own pods and what they called, not the
+    mesh; a call to a pod IP and one to a Service VIP across nodes go over HBONE; a pod nobody called stays unknown
+    on the other node. The patch is undone at the end (another rollout)."""
+    original = _node_proxy_args(lab)
+    lab.kubectl("label", "namespace", namespace, "istio.io/dataplane-mode=ambient")
+    lab.apply(
+        pod_manifest("server", [http_echo_container()], node="node-2", labels={"app": "server"}),
+        pod_manifest("bystander", [http_echo_container()], node="node-2", labels={"app": "bystander"}),
+        pod_manifest("client", [sleeper()], node="node-1"),
+        service_manifest("server", {"app": "server"}, 8080, 8080),
+        namespace=namespace,
+    )
+    lab.wait_pods_ready(namespace, "", 3, timeout=60)
+    try:
+        _set_node_proxy_args(lab, [*original, "--xds-on-demand", "--no-dns-proxy"])
+        server_ip = lab.pod("server", namespace)["status"]["podIP"]
+        bystander_ip = lab.pod("bystander", namespace)["status"]["podIP"]
+        vip = lab.get("service", "server", "-n", namespace)["spec"]["clusterIP"]
+        reply = wait_until("a call to the pod IP on demand", lambda: _try(lab, namespace, server_ip), timeout=60)
+        assert reply["pod"] == "server"
+        by_vip = wait_until("a call to the Service VIP on demand", lambda: _try(lab, namespace, vip), timeout=30)
+        assert by_vip["pod"] == "server"
+
+        def known(node: str) -> set[str]:
+            dump = json.loads(lab.node_proxy_admin(node, "/config_dump"))
+            return {ip for w in dump["workloads"] for ip in w.get("workloadIps", [])}
+
+        on_node_1 = known("node-1")
+        assert server_ip in on_node_1, on_node_1  # asked for when the client called it
+        assert bystander_ip not in on_node_1, on_node_1  # never called from node 1: never sent there
+        assert bystander_ip in known("node-2")  # its own node proxy asked for it (its local pod)
+        identity = f"spiffe://cluster.local/ns/{namespace}/sa/default"
+        wait_until(
+            "node 2's access log of the on-demand HBONE connection",
+            lambda: f"src.identity={identity}" in _proxy_log(lab, "node-2"),
+            timeout=10,
+        )
+    finally:
+        _set_node_proxy_args(lab, original)

@@ -408,3 +408,19 @@ async def test_on_demand_an_address_known_absent_goes_as_outside_the_mesh_and_no
     finally:
         app.close()
         await app.wait_closed()
+
+
+async def test_on_demand_a_pod_handed_to_the_proxy_has_its_workload_asked_for_at_once(tmp_path: Path) -> None:
+    async with rig(tmp_path) as r:
+        _only_the_client(r)
+        late = pod("late-0", "127.0.0.34", services={}, service_account="late")
+        plane = FakeControlPlane(r, {late.uid: (late,)})
+        r.ctx.demand = plane.demand
+        local = LocalPod("uid-late", WorkloadInfo("late-0", "apps", "late"), FACTORY, TD)
+        assert local.workload_uid == late.uid
+        r.ctx.add_pod(local)
+        await until(lambda: r.ctx.find_local_workload(local) == late)
+        assert plane.asked == [(late.uid,)]
+        r.ctx.add_pod(local)  # handed again (a snapshot after a reconnect): known, nothing asked
+        await asyncio.sleep(0)
+        assert plane.asked == [(late.uid,)]

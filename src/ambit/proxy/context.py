@@ -122,6 +122,8 @@ class ProxyContext:
     connections: dict[int, LiveConnection] = field(default_factory=dict)
     _ids: itertools.count[int] = field(default_factory=itertools.count)
     _state_changed: asyncio.Event = field(default_factory=asyncio.Event)
+    _fetches: set[asyncio.Task[bool]] = field(default_factory=set)
+    """On-demand lookups of local pods' workloads in flight (kept referenced until done)."""
     state_generation: int = 0
     """How many times :meth:`state_changed` was called: a plan made at one generation is stale at a later one."""
     clock: Callable[[], float] = time.monotonic
@@ -159,9 +161,15 @@ class ProxyContext:
         return self.guards.recheck(self.state.find_workload, self.authorize)
 
     def add_pod(self, pod: LocalPod) -> None:
+        """Serve ``pod`` from now on; on demand, its workload is asked for at once (its first connection, in or
+        out, then finds it known)."""
         self.remove_pod(pod.uid)
         self.pods[pod.uid] = pod
         self._by_workload[pod.workload_uid] = pod
+        if self.demand is not None and self.find_local_workload(pod) is None:
+            task = asyncio.get_running_loop().create_task(self.fetch((pod.workload_uid,)))
+            self._fetches.add(task)
+            task.add_done_callback(self._fetches.discard)
 
     def remove_pod(self, uid: str) -> None:
         pod = self.pods.pop(uid, None)
