@@ -6,7 +6,7 @@ UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
 STAMP := $(VENV)/.installed
 
 BYTECODE := $(VENV)/bin/python -m compileall -q -j 0 src tests bench >/dev/null
-.PHONY: install bytecode test demo lint bench bench-quick bench-apiserver bench-apiserver-quick bench-lab bench-cni bench-policy bench-policy-quick bench-dns bench-dns-quick bench-scale bench-scale-quick bench-startup bench-startup-quick bench-soak bench-soak-quick soak-rollout soak-rollout-long clean
+.PHONY: install bytecode test demo lint bench bench-quick bench-apiserver bench-apiserver-quick bench-lab bench-cni bench-policy bench-policy-quick bench-dns bench-dns-quick bench-scale bench-scale-quick bench-node-state bench-startup bench-startup-quick bench-soak bench-soak-quick soak-rollout soak-rollout-long clean
 
 install: $(STAMP)
 
@@ -76,6 +76,9 @@ bench-scale: install  # control plane at 10,000 pods, 1,000 Services, 100 node p
 
 bench-scale-quick: install  # the same at 1,000 pods and 10 node proxies (under a minute); full size: --profile full
 	$(VENV)/bin/python -m bench.scale --profile quick
+
+bench-node-state: install  # a node proxy's memory per known workload and time to apply a full snapshot, up to 100,000 pods (bench/results/node-state.{md,json}); no root
+	$(VENV)/bin/python -m bench.scale.node_state
 
 bench-startup: install bytecode  # root: the node proxy's start-up: import time, RSS at ready, modules, threads (bench/results/startup.{md,json})
 	$(VENV)/bin/python -m bench.startup
