@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import secrets
 import sys
@@ -145,8 +146,14 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.apiserver", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small numbers for a CI smoke run (under a minute)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where apiserver.md and apiserver.json go")
+    parser.add_argument(
+        "--pods", type=int, default=0, help="pods for the list and restart scenarios (issue 22's size: 100000)"
+    )
     args = parser.parse_args(argv)
-    run("quick" if args.quick else "full", args.out)
+    profile = PROFILES["quick" if args.quick else "full"]
+    if args.pods:
+        profile = dataclasses.replace(profile, name=f"{profile.name}, {args.pods:,} pods", pods=args.pods)
+    run(profile, args.out)
 
 
 if __name__ == "__main__":
