@@ -58,6 +58,13 @@ class Sync:
     """Resources carried by the first response of each type after this connect (0: nothing resent)."""
 
 
+def _pushback(exc: grpc.aio.AioRpcError) -> float | None:
+    """The refusal's ``grpc-retry-pushback-ms`` as seconds (:mod:`ambit.xds.admission`), or None."""
+    trailers = exc.trailing_metadata() or ()
+    value = next((str(v) for k, v in trailers if k == "grpc-retry-pushback-ms"), "")
+    return min(int(value) / 1000, 600.0) if value.isdigit() and len(value) <= 10 else None
+
+
 @dataclass
 class SimulatedNodeProxy:
     node: str
@@ -88,10 +95,12 @@ class SimulatedNodeProxy:
             except grpc.aio.AioRpcError as exc:
                 got = bool(self.syncs and self.syncs[-1].synced)
                 self.last_error = f"{exc.code().name}: {exc.details()}"
+                pushback = _pushback(exc)
             except Exception as exc:  # a broken stream in any other way: reconnect, as the node proxy does
-                got, self.last_error = False, f"{type(exc).__name__}: {exc}"
+                got, self.last_error, pushback = False, f"{type(exc).__name__}: {exc}", None
             attempt = 0 if got else attempt + 1
-            await asyncio.sleep(backoff.delay(attempt, random.random()))
+            # An overloaded control plane's retry hint wins over the back-off, as in the node proxy's client.
+            await asyncio.sleep(pushback if pushback is not None else backoff.delay(attempt, random.random()))
 
     async def _stream(self, target: str, root: bytes, server_name: str, max_message: int) -> bool:
         options: list[tuple[str, Any]] = list(DEFAULT_KEEPALIVE.client_options())
