@@ -17,6 +17,8 @@ sent the same resources of the same snapshot (each wildcard answer to a client h
 change to the wildcard clients) shares one encoding, and the gRPC serializer passes the bytes through; a type a
 client names that is not served is answered as a message and never becomes a cache key. A response larger than a
 node proxy accepts is counted (:attr:`XdsStats.oversized`) and logged once, not split (:mod:`ambit.xds.frames`).
+Large responses (a wildcard answer) are written a few at a time across all streams (:mod:`ambit.xds.send_budget`),
+so a thousand node proxies opening at once do not each hold a copy in gRPC's buffers at the same moment.
 A stream's failure ends that stream only; it is logged and counted.
 :class:`XdsServer` owns a TLS grpc.aio server with the service on it (the CA service can share it through
 :meth:`XdsServer.grpc_server` before :meth:`XdsServer.start`). The server tolerates client keepalive pings every
@@ -68,6 +70,7 @@ from ambit.xds.convert import ADDRESS_TYPE_URL
 from ambit.xds.errors import XdsError
 from ambit.xds.frames import LARGEST_CLIENT_MESSAGE, Frame, FrameCache
 from ambit.xds.keepalive import DEFAULT_KEEPALIVE, KeepaliveSettings
+from ambit.xds.send_budget import DEFAULT_SEND_BUDGET, SendBudget, SendBudgetSettings
 from ambit.xds.session import (
     AUTHORIZATION_TYPE_URL,
     EMPTY,
@@ -216,10 +219,13 @@ class XdsService:
         observer: XdsObserver = NO_OBSERVER,
         timer: Callable[[], float] = time.monotonic,
         frames: FrameCache | None = None,
+        send_budget: SendBudgetSettings = DEFAULT_SEND_BUDGET,
     ) -> None:
         """``clock`` stamps the sync status; ``timer`` (monotonic) measures what ``observer`` is told; ``frames``
-        holds the response bodies shared between streams (a bounded one of its own by default)."""
+        holds the response bodies shared between streams (a bounded one of its own by default); ``send_budget``
+        limits the large responses written at once across streams."""
         self.frames = frames if frames is not None else FrameCache()
+        self.send_budget = SendBudget(send_budget)
         self._sources: dict[str, ResourceSource] = {ADDRESS_TYPE_URL: source}
         if authorizations is not None:
             self._sources[AUTHORIZATION_TYPE_URL] = authorizations
@@ -455,8 +461,8 @@ class XdsService:
                 observer.push_round(pushed, timer() - since if wrote and since is not None else None)
 
     async def _write(self, context: Any, response: Frame | dpb.DeltaDiscoveryResponse) -> None:
-        started = self._timer()
-        await context.write(response)
+        started = self._timer()  # the write's time includes its wait for a slot of the send budget
+        await self.send_budget.write(len(response) if isinstance(response, Frame) else 0, context.write(response))
         self._observer.write_took(self._timer() - started)
 
 
