@@ -20,6 +20,7 @@ from ambit.model.state import WorkloadState
 from ambit.model.workload import NetworkAddress, PortMapping, Service, Workload
 from ambit.tls.certs import issue_server_cert, new_ca
 from ambit.xds.client import Backoff, XdsClient
+from ambit.xds.convert import ADDRESS_TYPE_URL
 from ambit.xds.server import Caller, XdsServer
 from ambit.xds.table import AddressTable
 
@@ -281,5 +282,76 @@ async def test_a_snapshot_larger_than_grpcs_default_message_limit_reaches_the_no
         assert len(node.state.workloads()) == len(pods)
         assert node.client.connects == 1
     finally:
+        await node.client.aclose()
+        await server.aclose(grace=1.0)
+
+
+async def test_clients_sent_the_same_snapshot_and_push_share_one_encoding_each(pki: Pki) -> None:
+    """Issue 22's fan-out: the wildcard answer and each push are encoded once for every client that gets them."""
+    base = int(ipaddress.ip_address("198.18.0.1"))
+    pods = [_pod(f"pod-{i:03d}", str(ipaddress.ip_address(base + i))) for i in range(200)]
+    table = AddressTable(_resources(*pods))
+    server = await _start_server(pki, table)
+    frames = server.service.frames
+    nodes = [_client(pki, server.port) for _ in range(4)]
+    for node in nodes:
+        await node.client.start()
+    try:
+        await _until(lambda: all(n.client.synced for n in nodes))
+        assert (frames.encodings, frames.reuses) == (1, 3)
+
+        table.replace(_resources(*pods, DB))
+        await _until(lambda: all(n.state.find_workload(DB.uid) == DB for n in nodes))
+        assert (frames.encodings, frames.reuses) == (2, 6)
+        for node in nodes:
+            assert {w.uid for w in node.state.workloads()} == {p.uid for p in pods} | {DB.uid}
+        await _until(lambda: server.service.stats.acks >= 8)
+        assert server.service.stats.nacks == 0
+    finally:
+        for node in nodes:
+            await node.client.aclose()
+        await server.aclose(grace=1.0)
+
+
+async def test_a_client_that_stops_reading_holds_back_neither_the_others_nor_memory(pki: Pki) -> None:
+    """Issue 22's back-pressure: a stream's write waits for its client's HTTP/2 window, so a client that stops
+    reading stalls only its own stream; its changes coalesce into a set of names (bounded by the table), not a
+    queue of responses, and it gets them in one or two pushes once it reads again."""
+    base = int(ipaddress.ip_address("198.18.0.1"))
+    pods = [_pod(f"pod-{i:04d}", str(ipaddress.ip_address(base + i))) for i in range(3000)]
+    table = AddressTable(_resources(*pods))
+    server = await _start_server(pki, table)
+    credentials = grpc.ssl_channel_credentials(root_certificates=pki.root_file.read_bytes())
+    options = [("grpc.ssl_target_name_override", SERVER_NAME), ("grpc.http2.bdp_probe", 0)]  # a fixed 64 KiB window
+    channel = grpc.aio.secure_channel(f"127.0.0.1:{server.port}", credentials, options)
+    stuck = channel.stream_stream(
+        "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources",
+        request_serializer=dpb.DeltaDiscoveryRequest.SerializeToString,
+        response_deserializer=dpb.DeltaDiscoveryResponse.FromString,
+    )(metadata=(("authorization", f"Bearer {TOKEN}"),))
+    node = _client(pki, server.port)
+    try:
+        await stuck.write(dpb.DeltaDiscoveryRequest(type_url=ADDRESS_TYPE_URL))  # ~600 KiB owed, never read
+        await node.client.start()
+        await _until(lambda: node.client.synced and len(server.service.clients) == 2)
+        moved = []
+        for i in range(10):
+            moved.append(_pod(f"pod-{i:04d}", str(ipaddress.ip_address(base + 5000 + i))))
+            table.replace(_resources(*moved, *pods[i + 1 :]))
+            await _until(lambda: node.state.find_workload(moved[-1].uid) == moved[-1], within=5.0)
+        # Only the reading client's pushes were written: the stalled stream's are names waiting, not responses.
+        assert server.service.stats.pushes == 10
+
+        responses = [await stuck.read()]
+        held = {r.name: r.version for r in responses[0].resources}
+        want = {r.name: r.version for r in table.current.by_name.values()}
+        while held != want:
+            response = await asyncio.wait_for(stuck.read(), 10.0)
+            responses.append(response)
+            held.update({r.name: r.version for r in response.resources})
+        assert 2 <= len(responses) <= 3  # the snapshot, then the ten changes coalesced
+    finally:
+        stuck.cancel()
+        await channel.close()
         await node.client.aclose()
         await server.aclose(grace=1.0)

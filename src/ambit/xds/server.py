@@ -14,7 +14,15 @@ before any resource is sent). Then two loops share one session:
   (only changed and removed resources).
 
 A lock makes "ask the session, then write" atomic, so responses leave in the order the session built them and a
-nonce is never ACKed before it was written. A stream's failure ends that stream only; it is logged and counted.
+nonce is never ACKed before it was written. Responses of served types are written as
+:class:`~ambit.xds.frames.Frame` bytes from the service's one :class:`~ambit.xds.frames.FrameCache`: every stream
+sent the same resources of the same snapshot (each wildcard answer to a client holding nothing, each push round's
+change to the wildcard clients) shares one encoding, and the gRPC serializer passes the bytes through; a type a
+client names that is not served is answered as a message and never becomes a cache key. A response larger than a
+node proxy accepts is counted (:attr:`XdsStats.oversized`) and logged once, not split (:mod:`ambit.xds.frames`).
+Large responses (a wildcard answer) are written a few at a time across all streams (:mod:`ambit.xds.send_budget`),
+so a thousand node proxies opening at once do not each hold a copy in gRPC's buffers at the same moment.
+A stream's failure ends that stream only; it is logged and counted.
 :class:`XdsServer` owns a TLS grpc.aio server with the service on it (the CA service can share it through
 :meth:`XdsServer.grpc_server` before :meth:`XdsServer.start`). The server tolerates client keepalive pings every
 15 s and pings idle clients itself, as istiod does (:mod:`ambit.xds.keepalive`).
@@ -65,12 +73,15 @@ from ambit.api import discovery_pb2 as dpb
 from ambit.xds.admission import Admission, Refuse
 from ambit.xds.convert import ADDRESS_TYPE_URL
 from ambit.xds.errors import XdsError
+from ambit.xds.frames import LARGEST_CLIENT_MESSAGE, Frame, FrameCache
 from ambit.xds.keepalive import DEFAULT_KEEPALIVE, KeepaliveSettings
+from ambit.xds.send_budget import DEFAULT_SEND_BUDGET, SendBudget, SendBudgetSettings
 from ambit.xds.session import (
     AUTHORIZATION_TYPE_URL,
     EMPTY,
     METHOD,
     SERVICE_NAME,
+    Delta,
     RequestKind,
     ResourceSet,
     ServerSession,
@@ -193,6 +204,8 @@ class XdsStats:
     debug_refused: int = 0
     refused: int = 0
     """Streams refused by admission (overload)."""
+    oversized: int = 0
+    """Responses larger than a node proxy accepts (:data:`~ambit.xds.frames.LARGEST_CLIENT_MESSAGE`)."""
 
 
 class XdsService:
@@ -214,11 +227,17 @@ class XdsService:
         clock: Callable[[], float] = time.time,
         observer: XdsObserver = NO_OBSERVER,
         timer: Callable[[], float] = time.monotonic,
+        frames: FrameCache | None = None,
+        send_budget: SendBudgetSettings = DEFAULT_SEND_BUDGET,
         admission: Admission | None = None,
         draw: Callable[[], float] = random.random,
     ) -> None:
         """``clock`` stamps the sync status; ``timer`` (monotonic) measures what ``observer`` is told and times
-        admission; ``draw`` spreads admission's retry hints."""
+        admission; ``frames`` holds the response bodies shared between streams (a bounded one of its own by
+        default); ``send_budget`` limits the large responses written at once across streams; ``draw`` spreads
+        admission's retry hints."""
+        self.frames = frames if frames is not None else FrameCache()
+        self.send_budget = SendBudget(send_budget)
         self.admission = admission if admission is not None else Admission()
         self._draw = draw
         self._sources: dict[str, ResourceSource] = {ADDRESS_TYPE_URL: source}
@@ -248,9 +267,16 @@ class XdsService:
         )
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, {METHOD: handler}),))
 
-    def _serialize(self, response: dpb.DeltaDiscoveryResponse) -> bytes:
-        # gRPC serializes each response once, on the loop, inside ``write``: its size costs nothing more here.
-        data: bytes = response.SerializeToString()
+    def _serialize(self, response: Frame | dpb.DeltaDiscoveryResponse) -> bytes:
+        # gRPC serializes each response once, on the loop, inside ``write``: its size costs nothing more here. A
+        # frame is already bytes (its body shared with other streams); only debug and unserved types are messages.
+        data: bytes = response.data() if isinstance(response, Frame) else response.SerializeToString()
+        if len(data) > LARGEST_CLIENT_MESSAGE:
+            self.stats.oversized += 1
+            if self.stats.oversized == 1:  # once: the next ones are counted (a wildcard answer goes to every client)
+                log.warning(
+                    "xds: a %s response of %d bytes is over what node proxies accept", response.type_url, len(data)
+                )
         if response.type_url in self._sources:  # a type the client named is never a label value: only served ones
             self._observer.config_sent(response.type_url, len(data))
         return data
@@ -362,12 +388,15 @@ class XdsService:
             served = request.type_url in self._sources  # only served types get an entry: the record stays small
             async with lock:
                 started = timer()
-                output = session.receive(request, self._resources(request.type_url, visible))
-                for response in output.responses:
-                    await self._write(context, response)
+                current = self._resources(request.type_url, visible)
+                output = session.receive(request, current)
+                for delta in output.deltas:
                     if served:
-                        _record_sent(record, response, self._clock())
-                        observer.response_written(response.type_url, timer() - started)
+                        await self._write(context, self.frames.frame(current, delta))
+                        _record_sent(record, delta, self._clock())
+                        observer.response_written(delta.type_url, timer() - started)
+                    else:  # a type URL the client made up never becomes a cache key (a client could grow it)
+                        await self._write(context, delta.message())
             if served:
                 record.opened(request.type_url)
             if output.kind is RequestKind.ACK:
@@ -446,21 +475,22 @@ class XdsService:
                 pushed[type_url] = len(changed)
                 async with lock:
                     started = timer()
-                    output = session.push(type_url, self._resources(type_url, visible), changed)
+                    current = self._resources(type_url, visible)
+                    output = session.push(type_url, current, changed)
                     record = self.sync.find(stream_id)
-                    for response in output.responses:
-                        await self._write(context, response)
+                    for delta in output.deltas:
+                        await self._write(context, self.frames.frame(current, delta))
                         self.stats.pushes += 1
                         wrote = True
                         observer.response_written(type_url, timer() - started)
                         if record is not None:
-                            _record_sent(record, response, self._clock())
+                            _record_sent(record, delta, self._clock())
             if pushed:
                 observer.push_round(pushed, timer() - since if wrote and since is not None else None)
 
-    async def _write(self, context: Any, response: dpb.DeltaDiscoveryResponse) -> None:
-        started = self._timer()
-        await context.write(response)
+    async def _write(self, context: Any, response: Frame | dpb.DeltaDiscoveryResponse) -> None:
+        started = self._timer()  # the write's time includes its wait for a slot of the send budget
+        await self.send_budget.write(len(response) if isinstance(response, Frame) else 0, context.write(response))
         self._observer.write_took(self._timer() - started)
 
 
@@ -497,8 +527,8 @@ async def _first_request(request_iterator: Any) -> None:
             await anext(aiter(request_iterator))
 
 
-def _record_sent(record: ClientSync, response: dpb.DeltaDiscoveryResponse, now: float) -> None:
-    record.sent(response.type_url, response.nonce, len(response.resources) + len(response.removed_resources), now)
+def _record_sent(record: ClientSync, delta: Delta, now: float) -> None:
+    record.sent(delta.type_url, delta.nonce, len(delta.resources) + len(delta.removed), now)
 
 
 def _node_version(node: dpb.Node) -> str:

@@ -30,8 +30,12 @@ Rules:
    that has members (a Service: the workloads that are its endpoints) comes with all of them. The client is then
    subscribed to every resource the answer carried, so later changes to them are pushed (istiod merges what it
    sent into the client's resource names).
-9. A client holds at most :data:`MAX_NAMES` subscribed names per type: names beyond that are answered as absent
-   (in ``removed_resources``) and not remembered, so a client asking for ever new addresses costs bounded memory.
+9. A wildcard client that holds nothing (a new node proxy, or one whose opening request was too large to carry
+   its versions) is sent every resource in name order, as rule 4 gives: the set makes that answer once
+   (:meth:`ResourceSet.everything`) and every such client's delta carries the same tuple, so the shell can encode
+   it once for all of them (:mod:`ambit.xds.frames`).
+10. A client holds at most :data:`MAX_NAMES` subscribed names per type: names beyond that are answered as absent
+    (in ``removed_resources``) and not remembered, so a client asking for ever new addresses costs bounded memory.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from ambit.xds.snapshot_map import MapEdit, SnapshotMap
 
 __all__ = [
     "AUTHORIZATION_TYPE_URL",
+    "Delta",
     "RequestKind",
     "ResourceSet",
     "ServerSession",
@@ -61,7 +66,7 @@ SERVICE_NAME = "envoy.service.discovery.v3.AggregatedDiscoveryService"
 METHOD = "DeltaAggregatedResources"
 WILDCARD = "*"
 MAX_NAMES = 100_000
-"""Subscribed names at most per client and type (rule 9)."""
+"""Subscribed names at most per client and type (rule 10)."""
 T = TypeVar("T")
 
 
@@ -107,6 +112,18 @@ class ResourceSet:
     by_alias: Mapping[str, frozenset[str]]
     members: Mapping[str, frozenset[str]] = field(default_factory=dict)
     """Resource name → the names of the resources that list it among their ``parents``."""
+    _everything: list[_Everything] = field(default_factory=list, compare=False, repr=False)
+    """:meth:`everything`, made at its first call (the set never changes, so neither does it)."""
+
+    def everything(self) -> _Everything:
+        """Every resource in name order, their names and name → version: what a wildcard client holding nothing
+        is sent (rule 9), made once per set instead of once per client."""
+        if not self._everything:
+            ordered = tuple(self.by_name[name] for name in sorted(self.by_name))
+            self._everything.append(
+                _Everything(ordered, tuple(r.name for r in ordered), {r.name: r.version for r in ordered})
+            )
+        return self._everything[0]
 
     @classmethod
     def build(cls, resources: Iterable[XdsResource]) -> ResourceSet:
@@ -172,6 +189,14 @@ class ResourceSet:
         return found | members if members else found
 
 
+@dataclass(frozen=True, slots=True)
+class _Everything:
+    resources: tuple[XdsResource, ...]
+    names: tuple[str, ...]
+    versions: Mapping[str, str]
+    """Never changed: a session copies it."""
+
+
 def _edit(table: Mapping[str, T]) -> MapEdit[str, T]:
     """An edit of one of a set's indexes (a plain mapping, as a caller may give, is taken into a map first)."""
     found = table if isinstance(table, SnapshotMap) else SnapshotMap.of(table)
@@ -192,13 +217,38 @@ class RequestKind(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class Delta:
+    """One response as the session decided it (rule 4): the resources to send and the names to remove, under a
+    nonce. :meth:`message` is the ``DeltaDiscoveryResponse``; the shell may instead send an encoding shared with
+    other clients (:class:`ambit.xds.frames.FrameCache`), which parses to the same message."""
+
+    type_url: str
+    nonce: str
+    resources: tuple[XdsResource, ...] = ()
+    removed: tuple[str, ...] = ()
+
+    def message(self) -> dpb.DeltaDiscoveryResponse:
+        return dpb.DeltaDiscoveryResponse(
+            type_url=self.type_url,
+            nonce=self.nonce,
+            resources=[r.to_wire() for r in self.resources],
+            removed_resources=self.removed,
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class SessionOutput:
-    """What the shell does after :meth:`ServerSession.receive`: send ``responses``; log or count the rest."""
+    """What the shell does after :meth:`ServerSession.receive`: send ``deltas`` (or ``responses``, the same as
+    messages); log or count the rest."""
 
     kind: RequestKind
-    responses: tuple[dpb.DeltaDiscoveryResponse, ...] = ()
+    deltas: tuple[Delta, ...] = ()
     error: str = ""
     """The NACK's message."""
+
+    @property
+    def responses(self) -> tuple[dpb.DeltaDiscoveryResponse, ...]:
+        return tuple(delta.message() for delta in self.deltas)
 
 
 @dataclass(slots=True)
@@ -280,7 +330,7 @@ class ServerSession:
             if name == WILDCARD:
                 state.wildcard = True
             elif name not in state.names and len(state.names) >= MAX_NAMES:
-                refused.append(name)  # rule 9
+                refused.append(name)  # rule 10
             else:
                 subscribed.append(name)
                 state.names.add(name)
@@ -324,11 +374,13 @@ class ServerSession:
         always: bool,
         looked_up: Collection[str] = (),
         refused: Collection[str] = (),
-    ) -> dpb.DeltaDiscoveryResponse | None:
+    ) -> Delta | None:
+        if changed is None and not looked_up and not refused and state.wildcard and not state.held and current.by_name:
+            return self._respond_everything(type_url, state, current)
         candidates: Iterable[str] = changed if changed is not None else {*current.by_name, *state.held}
         if looked_up:
             candidates = {*candidates, *(n for name in looked_up for n in current.lookup(name))}
-        sent: list[dpb.Resource] = []
+        sent: list[XdsResource] = []
         removed: list[str] = []
         for name in sorted(candidates):
             resource = current.by_name.get(name)
@@ -339,7 +391,7 @@ class ServerSession:
                 continue
             if state.wants(resource) and state.held.get(name) != resource.version:
                 state.held[name] = resource.version
-                sent.append(resource.to_wire())
+                sent.append(resource)
         removed.extend(name for name in looked_up if not current.lookup(name) and name not in removed)
         removed.extend(name for name in refused if name not in removed)
         if not sent and not removed and not always:
@@ -347,4 +399,14 @@ class ServerSession:
         self._counter += 1
         nonce = f"{self._prefix}-{self._counter}"
         state.in_flight[nonce] = tuple(r.name for r in sent)
-        return dpb.DeltaDiscoveryResponse(type_url=type_url, nonce=nonce, resources=sent, removed_resources=removed)
+        return Delta(type_url, nonce, tuple(sent), tuple(removed))
+
+    def _respond_everything(self, type_url: str, state: _TypeState, current: ResourceSet) -> Delta:
+        """Rule 9: the same answer as :meth:`_respond` gives a wildcard client that holds nothing, from the set's
+        own :meth:`ResourceSet.everything`."""
+        everything = current.everything()
+        state.held = dict(everything.versions)
+        self._counter += 1
+        nonce = f"{self._prefix}-{self._counter}"
+        state.in_flight[nonce] = everything.names
+        return Delta(type_url, nonce, everything.resources)
