@@ -257,13 +257,12 @@ def run_load(path: Target, load: Load, log_file: Path) -> Reading:
         time.sleep(load.warm_up)
         began = time.monotonic()
         before = {role: cpu_seconds(pids) for role, pids in roles.items()}
-        peak = rss_bytes(path.l7) if path.l7 else 0
+        peak = _rss(path.l7)
         while proc.poll() is None:
             if time.monotonic() - began > limit:
                 raise L7BenchError(f"{path.mode}: h2load still running {limit:.0f} s on")
             time.sleep(RSS_INTERVAL)
-            if path.l7:
-                peak = max(peak, rss_bytes(path.l7))
+            peak = max(peak, _rss(path.l7))
         window = time.monotonic() - began
         used = {role: cpu_seconds(pids) - before[role] for role, pids in roles.items()}
         out, err = proc.communicate(timeout=10)
@@ -279,6 +278,15 @@ def run_load(path: Target, load: Load, log_file: Path) -> Reading:
     if not load.seconds:  # a request count: the rate and the CPU window are the whole run
         window = summary.seconds
     return Reading(summary.requests_per_second, timing.p50, timing.p99, window, used, peak)
+
+
+def _rss(pids: Sequence[int]) -> int:
+    """The processes' summed RSS; 0 for a sample taken while one of them was gone (the CPU reading, which must not
+    miss one, fails the run instead)."""
+    try:
+        return rss_bytes(pids) if pids else 0
+    except ProbeError:
+        return 0
 
 
 # -- set-up ---------------------------------------------------------------------------------------------------------
@@ -380,7 +388,8 @@ def set_up(setup: Setup, log: Callable[[str], None]) -> None:
     lab.kubectl("apply", "-f", "-", input="\n".join(json.dumps(m) for m in manifests if m not in namespaces))
     began = time.monotonic()
     kubeconfig = str(lab.topology.kubeconfig)
-    ambit("waypoint", "apply", "-n", "bench-amb", "--wait", "--kubeconfig", kubeconfig, timeout=READY_TIMEOUT + 60)
+    wait = ("--wait", "--timeout", f"{READY_TIMEOUT:g}")
+    ambit("waypoint", "apply", "-n", "bench-amb", *wait, "--kubeconfig", kubeconfig, timeout=READY_TIMEOUT + 60)
     log(f"waypoint applied and ready: {time.monotonic() - began:.0f} s")
     setup.gateway_address = gateway_address(lab)
     log(f"ingress Gateway Programmed at {setup.gateway_address}: {time.monotonic() - began:.0f} s")
