@@ -15,9 +15,10 @@ Rules:
 
 1. Output that is not h2load's report (an error instead, a truncated run) raises :class:`H2loadError`, and only
    that: a caller ends the run with one clear line, never a KeyError or ValueError.
-2. A run where any request failed, errored or timed out, or got anything but a 2xx, is an error: a benchmark of a
-   path that refuses requests measures refusals. So is a run that spoke another protocol than the load asked for
-   (an HTTP/2 load that a server answered by negotiating HTTP/1.1 measures HTTP/1.1).
+2. A run where more than :data:`TOLERATED` of the requests done failed, errored, timed out or got anything but a
+   2xx is an error: a benchmark of a path that refuses requests measures refusals. Fewer are returned (and
+   reported by the caller, never hidden); their latencies are left out of the percentiles. A run that spoke another
+   protocol than the load asked for is an error too (an HTTP/2 load answered over HTTP/1.1 measures HTTP/1.1).
 3. :class:`Load` says what one run is: HTTP/1.1 or HTTP/2, the connections (``-c``), the streams per HTTP/2
    connection (``-m``), the duration and warm-up (``-D``, ``--warm-up-time``) or a request count (``-n``), a rate
    per connection (``--rps``), extra headers, and ``--connect-to`` (TLS with the URL's host name as the server name
@@ -34,6 +35,8 @@ from ambit.errors import AmbitError
 from bench.report import percentile
 
 HTTP1, HTTP2 = "HTTP/1.1", "HTTP/2"
+TOLERATED = 0.005
+"""The share of requests that may go wrong in a run (rule 2)."""
 PROTOCOLS = (HTTP1, HTTP2)
 
 
@@ -104,6 +107,8 @@ class Summary:
     errored: int
     timeout: int
     status_2xx: int
+    other_statuses: str = ""
+    """The 3xx, 4xx and 5xx counts as h2load printed them."""
     protocol: str = ""
     """The application protocol h2load spoke (``h2``, ``h2c``, ``http/1.1``), empty when it printed none."""
 
@@ -132,24 +137,26 @@ def parse_summary(text: str) -> Summary:
         raise H2loadError(f"h2load's 'finished' line is unreadable: {finished.group(0)!r}") from None
     _total, _started, done, succeeded, failed, errored, timeout = (int(g) for g in requests.groups())
     alpn = _ALPN.search(text)
-    return Summary(
-        seconds, rate, done, succeeded, failed, errored, timeout, int(status.group(1)), alpn.group(1) if alpn else ""
-    )
+    others = f"{status.group(2)} 3xx, {status.group(3)} 4xx, {status.group(4)} 5xx"
+    protocol = alpn.group(1) if alpn else ""
+    return Summary(seconds, rate, done, succeeded, failed, errored, timeout, int(status.group(1)), others, protocol)
 
 
-def check_clean(summary: Summary, what: str, protocol: str = "") -> None:
-    """Rule 2: every request done got a 2xx, none failed, errored or timed out, over ``protocol`` when given."""
+def check_clean(summary: Summary, what: str, protocol: str = "") -> int:
+    """Rule 2: at most :data:`TOLERATED` of the requests done failed, errored, timed out or got no 2xx, over
+    ``protocol`` when given; how many did."""
     spoken = {"h2": HTTP2, "h2c": HTTP2, "http/1.1": HTTP1}.get(summary.protocol, summary.protocol)
     if protocol and spoken != protocol:
         raise H2loadError(f"{what}: h2load spoke {summary.protocol or 'nothing it named'}, not {protocol}")
     if summary.done == 0:
         raise H2loadError(f"{what}: no request was done")
-    bad = summary.failed + summary.errored + summary.timeout
-    if bad or summary.status_2xx != summary.done:
+    bad = max(summary.failed + summary.errored + summary.timeout, summary.done - summary.status_2xx)
+    if bad > TOLERATED * summary.done:
         raise H2loadError(
             f"{what}: {summary.failed} failed, {summary.errored} errored, {summary.timeout} timed out, "
-            f"{summary.status_2xx} of {summary.done} got a 2xx"
+            f"{summary.status_2xx} of {summary.done} got a 2xx ({summary.other_statuses})"
         )
+    return bad
 
 
 @dataclass(frozen=True, slots=True)

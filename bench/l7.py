@@ -149,6 +149,9 @@ class Reading:
     cpu: Mapping[str, float]
     """Role (``l7``, ``node``, ``all``) → CPU seconds in the window."""
     l7_rss_peak: int
+    bad: int = 0
+    """Requests that failed or got no 2xx (rule 2 of :mod:`bench.h2load`: a few are tolerated, and reported)."""
+    done: int = 0
 
 
 # -- scenario names -------------------------------------------------------------------------------------------------
@@ -273,11 +276,11 @@ def run_load(path: Target, load: Load, log_file: Path) -> Reading:
     if proc.returncode != 0:
         raise H2loadError(f"{path.mode}: h2load failed ({proc.returncode}): {err.strip()[-300:]}")
     summary = parse_summary(out)
-    check_clean(summary, path.mode, load.protocol)
+    bad = check_clean(summary, path.mode, load.protocol)
     timing = latencies(parse_log(log_file.read_text()))
     if not load.seconds:  # a request count: the rate and the CPU window are the whole run
         window = summary.seconds
-    return Reading(summary.requests_per_second, timing.p50, timing.p99, window, used, peak)
+    return Reading(summary.requests_per_second, timing.p50, timing.p99, window, used, peak, bad, summary.done)
 
 
 def _rss(pids: Sequence[int]) -> int:
@@ -388,8 +391,8 @@ def set_up(setup: Setup, log: Callable[[str], None]) -> None:
     lab.kubectl("apply", "-f", "-", input="\n".join(json.dumps(m) for m in manifests if m not in namespaces))
     began = time.monotonic()
     kubeconfig = str(lab.topology.kubeconfig)
-    wait = ("--wait", "--timeout", f"{READY_TIMEOUT:g}")
-    ambit("waypoint", "apply", "-n", "bench-amb", *wait, "--kubeconfig", kubeconfig, timeout=READY_TIMEOUT + 60)
+    # --wait with the command's own timeout (its option's name differs between versions; 90 s by default)
+    ambit("waypoint", "apply", "-n", "bench-amb", "--wait", "--kubeconfig", kubeconfig, timeout=READY_TIMEOUT + 60)
     log(f"waypoint applied and ready: {time.monotonic() - began:.0f} s")
     setup.gateway_address = gateway_address(lab)
     log(f"ingress Gateway Programmed at {setup.gateway_address}: {time.monotonic() - began:.0f} s")
@@ -494,6 +497,16 @@ def measure(setup: Setup, profile: Profile, log: Callable[[str], None]) -> tuple
     check_paths(setup, every, log)
     samples: list[Sample] = []
     reuse: list[str] = []
+    bad: dict[tuple[str, str], list[int]] = {}
+
+    def take(scenario: str, mode: str, reading: Reading, **kinds: bool) -> None:
+        samples.extend(samples_of(scenario, mode, reading, **kinds))
+        if reading.bad:
+            count = bad.setdefault((scenario, mode), [0, 0])
+            count[0] += reading.bad
+            log(f"{scenario}, {mode}: {reading.bad} of {reading.done} requests failed or got no 2xx")
+        bad.setdefault((scenario, mode), [0, 0])[1] += reading.done
+
     fixed_names = [scenario_name(fixed_load(profile, protocol)) for protocol in PROTOCOLS]
     log_file = setup.tmp / "h2load.log"
     for number in range(profile.rounds):
@@ -503,23 +516,25 @@ def measure(setup: Setup, profile: Profile, log: Callable[[str], None]) -> tuple
             for load in (closed_load(profile, protocol), fixed_load(profile, protocol)):
                 scenario = scenario_name(load)
                 for mode in MESH_MODES:
-                    reading = run_load(every[mode], load, log_file)
-                    samples += samples_of(scenario, mode, reading, ingress=False)
+                    take(scenario, mode, run_load(every[mode], load, log_file), ingress=False)
             ingress = closed_load(profile, protocol)
             for name in INGRESS_MODES:
                 reading = run_load(every[name], ingress, log_file)
-                samples += samples_of(scenario_name(ingress, ingress=True), every[name].mode, reading, ingress=True)
+                take(scenario_name(ingress, ingress=True), every[name].mode, reading, ingress=True)
         handshakes = handshake_load(profile)
         for name in INGRESS_MODES:
             reading = run_load(every[name], handshakes, log_file)
             if every[name].mode == HAPROXY_INGRESS:
                 reuse.append(haproxy_session_reuse(setup))
             scenario = scenario_name(handshakes, ingress=True)
-            samples += samples_of(scenario, every[name].mode, reading, ingress=True, handshakes=True)
+            take(scenario, every[name].mode, reading, ingress=True, handshakes=True)
         log(f"round {number + 1} of {profile.rounds}: {time.monotonic() - began:.0f} s")
+    wrong = [f"{mode} in '{scenario}': {n:,} of {total:,}" for (scenario, mode), (n, total) in bad.items() if n]
     notes = [
+        "Requests that failed or got no 2xx (left out of the percentiles; a run with more than 0.5% ends the "
+        f"benchmark): {'; '.join(wrong) if wrong else 'none'}.",
         "haproxy-ingress's TLS session reuse over the last second of each handshake run (its stats socket, "
-        f"SslFrontendSessionReuse_pct): {', '.join(f'{r}%' for r in reuse)}."
+        f"SslFrontendSessionReuse_pct): {', '.join(f'{r}%' for r in reuse)}.",
     ]
     return samples, fixed_names, notes
 
