@@ -517,6 +517,7 @@ def measure(setup: Setup, profile: Profile, log: Callable[[str], None]) -> tuple
                 scenario = scenario_name(load)
                 for mode in MESH_MODES:
                     take(scenario, mode, run_load(every[mode], load, log_file), ingress=False)
+        for protocol in PROTOCOLS:
             ingress = closed_load(profile, protocol)
             for name in INGRESS_MODES:
                 reading = run_load(every[name], ingress, log_file)
@@ -531,6 +532,8 @@ def measure(setup: Setup, profile: Profile, log: Callable[[str], None]) -> tuple
         log(f"round {number + 1} of {profile.rounds}: {time.monotonic() - began:.0f} s")
     wrong = [f"{mode} in '{scenario}': {n:,} of {total:,}" for (scenario, mode), (n, total) in bad.items() if n]
     notes = [
+        f"Processes read as the L7 proxy: the waypoint pod's {len(every[WAYPOINT].l7)}, the gateway pod's "
+        f"{len(every[GATEWAY].l7)} (each container's main process and its descendants).",
         "Requests that failed or got no 2xx (left out of the percentiles; a run with more than 0.5% ends the "
         f"benchmark): {'; '.join(wrong) if wrong else 'none'}.",
         "haproxy-ingress's TLS session reuse over the last second of each handshake run (its stats socket, "
@@ -547,7 +550,8 @@ NOTES = [
     "Load: h2load, one thread. HTTP/1.1 keep-alive: one request in flight per connection; HTTP/2: h2c with prior "
     "knowledge inside the mesh, ALPN h2 at the ingress. Requests/s is h2load's over the main duration (after its "
     "warm-up); p50/p99 from its per-request log (start of a request to the end of its response), 2xx only; a run "
-    "with any failed request or non-2xx answer ends the benchmark.",
+    "with more than 0.5% of its requests failed or answered with another status ends the benchmark (fewer are "
+    "counted in the notes).",
     "CPU: user + system from /proc over the main duration, per 1,000 requests/s of that run (vCPU), or requests/s "
     "per vCPU at the ingress. L7 proxy: the waypoint pod's processes (waypoint), both haproxy processes "
     "(haproxy-http), the gateway pod's processes (gateway), the host's haproxy (haproxy-ingress); node proxies: "
