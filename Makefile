@@ -1,12 +1,12 @@
 # Ambit: set-up, tests and demo on a Debian 12 machine (as root).
 SHELL := /bin/bash
-APT_PACKAGES := iproute2 nftables iptables containernetworking-plugins runc ca-certificates curl tcpdump iperf3 stunnel4 haproxy sockperf dnsperf dnsmasq-base chromium
+APT_PACKAGES := iproute2 nftables iptables containernetworking-plugins runc ca-certificates curl tcpdump iperf3 stunnel4 haproxy nghttp2-client sockperf dnsperf dnsmasq-base chromium
 VENV := .venv
 UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
 STAMP := $(VENV)/.installed
 
 BYTECODE := $(VENV)/bin/python -m compileall -q -j 0 src tests bench >/dev/null
-.PHONY: install bytecode test demo lint bench bench-quick bench-apiserver bench-apiserver-quick bench-lab bench-cni bench-policy bench-policy-quick bench-dns bench-dns-quick bench-scale bench-scale-quick bench-node-state bench-startup bench-startup-quick bench-soak bench-soak-quick soak-rollout soak-rollout-long clean
+.PHONY: install bytecode test demo lint bench bench-quick bench-apiserver bench-apiserver-quick bench-lab bench-cni bench-policy bench-policy-quick bench-l7 bench-l7-quick bench-dns bench-dns-quick bench-scale bench-scale-quick bench-node-state bench-startup bench-startup-quick bench-soak bench-soak-quick soak-rollout soak-rollout-long clean
 
 install: $(STAMP)
 
@@ -64,6 +64,12 @@ bench-policy: install  # root: 0, 100 and 10,000 AuthorizationPolicies on a lab 
 
 bench-policy-quick: install  # root: the same, fewer rounds and shorter runs
 	$(VENV)/bin/python -m bench.policy --quick
+
+bench-l7: install  # root: the waypoint and ingress paths against L4, direct and haproxy on a lab (bench/results/l7.{md,json})
+	$(VENV)/bin/python -m bench.l7
+
+bench-l7-quick: install  # root: the same, two short rounds (under 6 minutes)
+	$(VENV)/bin/python -m bench.l7 --quick
 
 bench-dns: install  # the DNS proxy against dnsmasq, in a private netns (bench/results/dns.{md,json})
 	$(VENV)/bin/python -m bench.dns

@@ -51,7 +51,13 @@ from bench.mesh.tunnels import STUNNEL as STUNNEL_KIND
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "bench" / "results"
-APT_PACKAGES = {"iperf3": "iperf3", "stunnel4": "stunnel", "haproxy": "haproxy", "sockperf": "sockperf"}
+APT_PACKAGES = {
+    "iperf3": "iperf3",
+    "stunnel4": "stunnel",
+    "haproxy": "haproxy",
+    "sockperf": "sockperf",
+    "nghttp2-client": "h2load",  # bench.l7's load generator
+}
 NOTES = [
     "Client pod on node 1, server pod on node 2 unless the scenario says 'same node'; all modes in one run, "
     "interleaved; median of the repeats, min–max across them; ratios to direct and stunnel of this run.",
