@@ -6,7 +6,8 @@ SingleStack Service gets one family.
 
 One lab of its own for the module (the shared mesh lab is IPv4-only). Namespace ``ds-amb`` is ambient: ``server``
 (http-echo on 8080) on node 1 behind Services ``dual`` (PreferDualStack) and ``single`` (the default), and
-``client`` on node 2.
+``client`` on node 2. The last test (TestWaypointDNS) adds namespace ``ds-ext`` outside the mesh, a DNS
+ServiceEntry and a waypoint.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from tests.e2e.lab_driver import TEST_TIMEOUT, Lab, pod_manifest, running_lab, sleeper, wait_until
+from tests.e2e.lab_driver import TEST_TIMEOUT, Lab, ambit, pod_manifest, running_lab, sleeper, wait_until
 
 pytestmark = [pytest.mark.root, pytest.mark.kubectl, pytest.mark.timeout(TEST_TIMEOUT)]
 
@@ -242,3 +243,95 @@ def test_ipv4_still_reaches_the_server_by_both_services_and_keeps_the_client_ipv
         answer = dual.get(name, 4, "/four")
         assert answer["pod"] == "server" and answer["dialled"] == dual.service(name)["clusterIP"]
         assert answer["client"].rsplit(":", 1)[0] == dual.ips("client")[0]
+
+
+EXTERNAL_NS = "ds-ext"
+EXTERNAL_HOST = "fake.external.com"  # upstream's MockExternal host
+
+
+def test_waypoint_dns_reaches_a_dns_entry_over_each_family_without_then_with_a_waypoint(dual: DualLab) -> None:
+    """TestWaypointDNS (u:tests/integration/ambient/waypoint_test.go:407-462), both legs, on the dual-stack lab: a
+    ``resolution: DNS`` ServiceEntry ``external-service`` (``exportTo: [.]``, its endpoint the name of a dual-stack
+    Service in namespace ``ds-ext``, outside the mesh, as upstream's external app is) is called by its host over
+    IPv4 and over IPv6 (the client resolves A, then AAAA: the entry's addresses auto-allocated from 240.240.0.0/16
+    and 2001:2::/48), first without a waypoint (L4: the node proxy resolves the endpoint's name in the family the
+    client dialled, and the server sees the client's own address), then with the entry bound to a waypoint in the
+    namespace (``istio.io/use-waypoint``: L7, ``x-request-id`` reaches the server, whose peer is the waypoint pod;
+    the node proxy reaches the waypoint in the family the client dialled, so the waypoint serves HBONE on both).
+    Each answer must come over the family the client used: upstream's ``SourceIPv4``/``SourceIPv6`` (which read
+    the address the server saw) and ``DestinationIPv4`` on the v4 leg.
+
+    What differs: upstream calls from every ambient app of its suite; here one client on the other node. The
+    waypoint is deployed by this test (``ambit waypoint apply``), the module's lab having none; the shared mesh lab
+    is IPv4-only, so the v6 leg needs this module's own lab."""
+    lab = dual.lab
+    n1 = lab.topology.node(1).name
+    lab.namespace(EXTERNAL_NS)  # not ambient
+    container = {
+        "name": "http",
+        "image": "none",
+        "command": ["python3", "-m", "ambit.lab.apps", "http-echo", "--port", "8080"],
+        "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1},
+    }
+    external_service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "external"},
+        "spec": {
+            "selector": {"app": "external"},
+            "ports": [{"name": "http", "port": 80, "targetPort": 8080}],
+            "ipFamilyPolicy": "PreferDualStack",
+        },
+    }
+    lab.apply(pod_manifest("external", [container], node=n1), external_service, namespace=EXTERNAL_NS)
+    entry = {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "ServiceEntry",
+        "metadata": {"name": "external-service"},
+        "spec": {
+            "exportTo": ["."],
+            "hosts": [EXTERNAL_HOST],
+            "location": "MESH_EXTERNAL",
+            "resolution": "DNS",
+            "ports": [{"name": "http", "number": 80, "protocol": "HTTP"}],
+            "endpoints": [{"address": f"external.{EXTERNAL_NS}.svc.cluster.local"}],
+        },
+    }
+    lab.apply(entry, namespace=NS)
+    allocated = {4: ipaddress.ip_network("240.240.0.0/16"), 6: ipaddress.ip_network("2001:2::/48")}
+    try:
+        lab.wait_pods_ready(EXTERNAL_NS, "", 1, timeout=90)
+
+        def answered(family: int, l7: bool) -> dict[str, Any] | None:
+            answer = dual.try_get(EXTERNAL_HOST, family)
+            if answer is None or answer.get("pod") != "external":
+                return None
+            seen_l7 = any(k.lower() == "x-request-id" for k in answer.get("headers") or {})
+            return answer if seen_l7 == l7 else None
+
+        def peer(answer: dict[str, Any]) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+            return ipaddress.ip_address(str(answer["client"]).rsplit(":", 1)[0])
+
+        for family in (4, 6):
+            answer = wait_until(
+                f"IPv{family} without a waypoint", lambda family=family: answered(family, False), 60, 1.0
+            )
+            assert ipaddress.ip_address(answer["dialled"]) in allocated[family], answer["dialled"]
+            assert str(peer(answer)) == dual.ips("client")[{4: 0, 6: 1}[family]], answer["client"]  # the client's own
+
+        done = ambit("waypoint", "apply", "-n", NS, "--wait", "--kubeconfig", str(lab.topology.kubeconfig),
+                     timeout=240)  # fmt: skip
+        assert "applied" in done.stdout, done.stdout
+        lab.kubectl("label", "serviceentry", "external-service", "-n", NS, "istio.io/use-waypoint=waypoint")
+        (waypoint,) = lab.wait_pods_ready(NS, "gateway.networking.k8s.io/gateway-name=waypoint", 1, timeout=90)
+        waypoint_ips = [ipaddress.ip_address(e["ip"]) for e in waypoint["status"]["podIPs"]]
+        for family in (4, 6):
+            answer = wait_until(
+                f"IPv{family} through the waypoint", lambda family=family: answered(family, True), 90, 1.0
+            )
+            assert ipaddress.ip_address(answer["dialled"]) in allocated[family], answer["dialled"]
+            assert peer(answer) in waypoint_ips and peer(answer).version == family, (answer["client"], waypoint_ips)
+    finally:
+        lab.kubectl("delete", "serviceentry", "external-service", "-n", NS, "--ignore-not-found")
+        lab.kubectl("delete", "gateway", "waypoint", "-n", NS, "--ignore-not-found")
+        lab.kubectl("delete", "namespace", EXTERNAL_NS, "--ignore-not-found", "--wait=false")

@@ -19,7 +19,7 @@ import sys
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -86,7 +86,8 @@ asyncio.run(main())
 # Calls given as JSON: each {"scheme": "http"|"https"|"tls", "host", "port", "path", "count", "headers", "sni"}; one
 # connection per call. ``https`` is a GET over TLS the client starts itself (its SNI ``sni``, else the host), ``tls``
 # the handshake alone. Each result: the status (0 on an error, 1 for a completed ``tls`` handshake), the pod and the
-# request id the server saw, the ALPN it reports and the common name of the certificate the client was shown.
+# request id the server saw, the ALPN it reports (``tls``: the server reported a TLS handshake), the HTTP version
+# (``proto``) and PROXY line (``proxy``) it saw, and the common name of the certificate the client was shown.
 PROBE = """
 import http.client, json, socket, ssl, sys
 from cryptography import x509
@@ -101,7 +102,8 @@ context.set_alpn_protocols(["http/1.1"])
 out = []
 for call in json.loads(sys.argv[1]):
     for _ in range(call.get("count", 1)):
-        row = {"status": 0, "pod": "", "request_id": "", "alpn": None, "cn": ""}
+        row = {"status": 0, "pod": "", "request_id": "", "alpn": None, "cn": "", "proto": None, "proxy": None}
+        row["tls"] = False
         try:
             host, port = call["host"], call["port"]
             connection = http.client.HTTPConnection(host, port, timeout=5)
@@ -125,7 +127,8 @@ for call in json.loads(sys.argv[1]):
             except ValueError:
                 answer = {}
             seen = {k.lower(): v for k, v in (answer.get("headers") or {}).items()}
-            row.update(pod=answer.get("pod", ""), request_id=seen.get("x-request-id", ""), alpn=answer.get("alpn"))
+            row.update(pod=answer.get("pod", ""), request_id=seen.get("x-request-id", ""), alpn=answer.get("alpn"),
+                       proto=answer.get("proto"), proxy=answer.get("proxy"), tls="alpn" in answer)
         except Exception as exc:
             row["error"] = f"{type(exc).__name__}: {exc}"
         out.append(row)
@@ -611,6 +614,309 @@ def test_a_tls_route_with_weights_splits_tls_connections_that_pass_through_the_w
         lab.kubectl("delete", "tlsroute", "tls-echo", "-n", NS, "--ignore-not-found")
         lab.kubectl("delete", "service", "tls-echo", "tls-echo-v1", "tls-echo-v2", "-n", NS, "--ignore-not-found")
         lab.kubectl("delete", "deployment", "tls-echo-v1", "tls-echo-v2", "-n", NS, "--ignore-not-found")
+
+
+# Connections given as arguments: host, port, how many, how many at once, and how long each waits for the server
+# to speak first. Each connection waits that long for a banner line before it sends anything, then sends
+# ``whoami`` and reads lines until the JSON one (multi-echo's TCP listeners answer ``whoami`` with who they are).
+# Each result: the pod that answered, the banner it sent before the client had sent a byte (else empty), and
+# whether a banner came only after the client had spoken (``late``); ``error`` when the connection failed.
+TCP_CALLS = """
+import asyncio, json, sys
+host, port = sys.argv[1], int(sys.argv[2])
+count, parallel, wait = int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+async def one():
+    row = {"pod": "", "banner": "", "late": False, "error": ""}
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 5)
+        try:
+            try:
+                row["banner"] = (await asyncio.wait_for(reader.readline(), wait)).decode().strip()
+            except asyncio.TimeoutError:
+                pass
+            writer.write(b"whoami\\n")
+            await writer.drain()
+            while not row["pod"]:
+                line = await asyncio.wait_for(reader.readline(), 5)
+                if not line:
+                    raise ConnectionError("closed before the answer")
+                if line.startswith(b"{"):
+                    row["pod"] = json.loads(line)["pod"]
+                else:
+                    row["late"] = True
+        finally:
+            writer.close()
+    except Exception as exc:
+        row["error"] = f"{type(exc).__name__}: {exc}"
+    return row
+async def main():
+    out = []
+    for start in range(0, count, parallel):
+        out += await asyncio.gather(*(one() for _ in range(min(parallel, count - start))))
+    print(json.dumps(out))
+asyncio.run(main())
+"""
+
+
+def tcp_calls(lab: Lab, host: str, port: int, count: int, parallel: int, wait: float) -> list[dict[str, Any]]:
+    """Run :data:`TCP_CALLS` in the client pod: one result per connection."""
+    out = lab.exec("client", NS, "python3", "-c", TCP_CALLS, host, str(port), str(count), str(parallel), str(wait),
+                   timeout=180)  # fmt: skip
+    answers: list[dict[str, Any]] = json.loads(out)
+    return answers
+
+
+def multi_echo_pod(name: str, *listeners: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """A pod running ``ambit.lab.apps multi-echo`` with ``listeners`` (``KIND:PORT``), ready once the first is."""
+    command = ["python3", "-m", "ambit.lab.apps", "multi-echo"]
+    for listener in listeners:
+        command += ["--listen", listener]
+    first_port = int(listeners[0].split(":")[1])
+    container = {
+        "name": "echo",
+        "image": "none",
+        "command": command,
+        "readinessProbe": {"tcpSocket": {"port": first_port}, "periodSeconds": 1},
+    }
+    return pod_manifest(name, [container], labels={"app": name, **(labels or {})})
+
+
+def test_a_tcp_route_3_1_1_reaches_a_captured_an_uncaptured_and_a_server_first_backend(lab: Lab) -> None:
+    """TestTCPRoute's whole shape (u:tests/integration/ambient/waypoint_test.go:1124-1183): a TCPRoute whose parent is
+    a waypoint-bound Service (``tcp-front``, upstream's ``service-addressed-waypoint``) splits connections 3:1:1 over
+    a captured backend (``tcp-captured:9090``), one the mesh does not capture (``tcp-uncaptured:9090``, its pod
+    labelled ``istio.io/dataplane-mode: none``) and the parent's own server-first port (``tcp-front:9093``, the
+    ``tcp-server`` port upstream's echo app speaks first on). Every connection must be answered.
+
+    What differs: upstream makes 40 calls and checks only that every backend is hit and the captured one most;
+    here 300 connections, 60 at a time, and each count must lie within 4.5 standard deviations of its binomial
+    expectation (180 ± 38 for weight 3 of 5, 60 ± 31 for 1 of 5; a false failure about once in 10^5 runs per
+    count). An even split (100 each) or the parent's own endpoint would fail it. Each connection waits up to 3 s
+    before sending a byte: every connection the server-first backend took must have had its banner by then (the
+    waypoint connected upstream without waiting for the client's first bytes), and no other connection gets one.
+    Upstream's client sends first and reads the server-first greeting with the echo; waiting shows the same
+    path is not stalled on client bytes. Pods here are single pods running ``ambit.lab.apps multi-echo``."""
+    tcp = {"name": "tcp", "port": 9090, "targetPort": 19090}
+    tcp_server = {"name": "tcp-server", "port": 9093, "targetPort": 16061}
+
+    def svc(name: str, *ports: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": name},
+            "spec": {"selector": {"app": name}, "ports": list(ports)},
+        }
+
+    route = {
+        "apiVersion": "gateway.networking.k8s.io/v1alpha2",
+        "kind": "TCPRoute",
+        "metadata": {"name": "tcp-front"},
+        "spec": {
+            "parentRefs": [{"group": "", "kind": "Service", "name": "tcp-front"}],
+            "rules": [
+                {
+                    "backendRefs": [
+                        {"name": "tcp-captured", "port": 9090, "weight": 3},
+                        {"name": "tcp-uncaptured", "port": 9090, "weight": 1},
+                        {"name": "tcp-front", "port": 9093, "weight": 1},
+                    ]
+                }
+            ],
+        },
+    }
+    lab.apply(
+        multi_echo_pod("tcp-captured", "tcp:19090"),
+        multi_echo_pod("tcp-uncaptured", "tcp:19090", labels={"istio.io/dataplane-mode": "none"}),
+        multi_echo_pod("tcp-front", "tcp:19090", "server-first:16061"),
+        svc("tcp-captured", tcp),
+        svc("tcp-uncaptured", tcp),
+        svc("tcp-front", tcp, tcp_server),
+        namespace=NS,
+    )
+    try:
+        for name in ("tcp-captured", "tcp-uncaptured", "tcp-front"):
+            lab.wait_pods_ready(NS, f"app={name}", 1, timeout=90)
+        wait_until(
+            "the captured pods enrolled",
+            lambda: all(
+                (lab.pod(name, NS)["metadata"].get("annotations") or {}).get("ambient.istio.io/redirection")
+                == "enabled"
+                for name in ("tcp-captured", "tcp-front")
+            ),
+            timeout=60,
+            interval=1.0,
+        )
+        redirection = (lab.pod("tcp-uncaptured", NS)["metadata"].get("annotations") or {}).get(
+            "ambient.istio.io/redirection"
+        )
+        assert redirection != "enabled", redirection  # the uncaptured backend is outside the mesh
+        lab.apply(route, namespace=NS)
+        host = vip(lab, "tcp-front")
+
+        def kind(row: dict[str, Any]) -> str:
+            if row["error"]:
+                return "error"
+            if row["pod"] == "tcp-front":
+                return "server-first" if row["banner"] == "HELLO from tcp-front" else "front-unrouted"
+            return str(row["pod"]).removeprefix("tcp-")
+
+        def routed() -> bool:
+            kinds = Counter(kind(row) for row in tcp_calls(lab, host, 9090, 30, 30, 3.0))
+            return set(kinds) == {"captured", "uncaptured", "server-first"}
+
+        wait_until("the TCPRoute applies with all three backends", routed, timeout=90, interval=1.0)
+        rows = tcp_calls(lab, host, 9090, 300, 60, 3.0)
+        assert [row for row in rows if row["error"]] == [], [row for row in rows if row["error"]][:5]
+        kinds = Counter(kind(row) for row in rows)
+        assert set(kinds) == {"captured", "uncaptured", "server-first"}, kinds  # no front-unrouted, no other pod
+        assert 142 <= kinds["captured"] <= 218, kinds  # 180 expected, sigma 8.5
+        assert 29 <= kinds["uncaptured"] <= 91, kinds  # 60 expected, sigma 6.9
+        assert 29 <= kinds["server-first"] <= 91, kinds
+        assert not any(row["late"] for row in rows), [row for row in rows if row["late"]][:5]
+        assert not any(row["banner"] for row in rows if row["pod"] != "tcp-front")
+        parents = (lab.get("tcproute", "tcp-front", "-n", NS).get("status") or {}).get("parents") or []
+        assert parents and any(c["type"] == "Accepted" and c["status"] == "True" for c in parents[0]["conditions"])
+    finally:
+        lab.kubectl("delete", "tcproute", "tcp-front", "-n", NS, "--ignore-not-found")
+        lab.kubectl("delete", "service", "tcp-captured", "tcp-uncaptured", "tcp-front", "-n", NS, "--ignore-not-found")
+        lab.kubectl("delete", "pod", "tcp-captured", "tcp-uncaptured", "tcp-front", "-n", NS, "--ignore-not-found",
+                    "--wait=false")  # fmt: skip
+
+
+# An HTTP/1.1 server for upstream's ``http-with-proxy`` port (port as the one argument): a PROXY protocol v1 line,
+# when one opens the connection, is read and reported as ``proxy`` (its fields after ``PROXY``; empty without
+# one), then the request is answered with who answered and the headers it saw, and the connection closed.
+PROXY_ECHO = """
+import asyncio, json, os, sys
+async def handle(reader, writer):
+    try:
+        first = await reader.readline()
+        proxy = first.decode("latin-1").split()[1:] if first.startswith(b"PROXY ") else []
+        head = (b"" if proxy else first) + await reader.readuntil(b"\\r\\n\\r\\n")
+        lines = head.decode("latin-1").split("\\r\\n")
+        headers = dict(line.split(": ", 1) for line in lines[1:] if ": " in line)
+        answer = {"pod": os.environ.get("POD_NAME", ""), "proxy": proxy, "request": lines[0], "headers": headers}
+        body = json.dumps(answer).encode()
+        writer.write(b"HTTP/1.1 200 OK\\r\\nContent-Type: application/json\\r\\nConnection: close\\r\\n"
+                     + b"Content-Length: %d\\r\\n\\r\\n" % len(body) + body)
+        await writer.drain()
+    except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+        pass
+    finally:
+        writer.close()
+async def main():
+    server = await asyncio.start_server(handle, "0.0.0.0", int(sys.argv[1]))
+    async with server:
+        await server.serve_forever()
+asyncio.run(main())
+"""
+
+
+def destination_rule(host: str, traffic_policy: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "DestinationRule",
+        "metadata": {"name": host},
+        "spec": {"host": host, "trafficPolicy": traffic_policy},
+    }
+
+
+def test_destination_rule_tls_proxy_and_h2_upgrade_at_the_waypoint_with_live_traffic(lab: Lab) -> None:
+    """TestDestinationRule (u:tests/integration/ambient/baseline_test.go:1739-1930) on a waypoint-bound Service
+    (``dr-echo``), its cases one after another, each DestinationRule replacing the last, each waited for and then
+    judged by what the backend saw:
+
+    - "TLS" (``tls: SIMPLE``, ``insecureSkipVerify``): plain HTTP to the ``https`` port (declared TLS, so carried
+      as TCP) is answered by the pod's TLS listener, which reports the handshake; without the rule it fails;
+    - "PROXY" (``proxyProtocol: V1``): the ``http-with-proxy`` port (L7: the request carries ``x-request-id``) and
+      a ``tcp`` port to the same listener (the TCP path: no ``x-request-id``) both reach it behind a PROXY line
+      naming the client pod's address and the endpoint's; without the rule there is no PROXY line;
+    - "H2" (``h2UpgradePolicy: UPGRADE``): HTTP/1.1 from the client reaches the ``http`` port as HTTP/2;
+    - "ISTIO_MUTUAL and PROXY": HBONE as before, and the PROXY line again.
+
+    What differs: upstream checks only that each call succeeds (and the protocol for H2), from every source app;
+    here one captured client, and the backend reports what arrived. The backend's PROXY listener is a small
+    server in this module (the lab's apps have none); "Subset policy", "port level TLS" and "ISTIO_MUTUAL" alone
+    are in tests/integration/test_waypoint_destination_rules.py."""
+    host = f"dr-echo.{NS}.svc.cluster.local"
+    echo = {
+        "name": "echo",
+        "image": "none",
+        "command": ["python3", "-m", "ambit.lab.apps", "multi-echo", "--listen", "http:8080", "--listen",
+                    "https:8443", "--hostname", host],
+        "readinessProbe": {"tcpSocket": {"port": 8443}, "periodSeconds": 1},
+    }  # fmt: skip
+    proxy_echo = {
+        "name": "proxy",
+        "image": "none",
+        "command": ["python3", "-c", PROXY_ECHO, "18082"],
+        "readinessProbe": {"tcpSocket": {"port": 18082}, "periodSeconds": 1},
+    }
+    ports = [
+        {"name": "http", "port": 80, "targetPort": 8080},
+        {"name": "https", "port": 443, "targetPort": 8443},
+        {"name": "http-with-proxy", "port": 81, "targetPort": 18082},
+        {"name": "tcp-with-proxy", "port": 9082, "targetPort": 18082},
+    ]
+    svc = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "dr-echo"},
+        "spec": {"selector": {"app": "dr-echo"}, "ports": ports},
+    }
+    lab.apply(pod_manifest("dr-echo", [echo, proxy_echo]), svc, namespace=NS)
+
+    def get(port: int) -> dict[str, Any]:
+        (row,) = probe(lab, {"scheme": "http", "host": host, "port": port, "path": f"/dr/{port}"})
+        return row
+
+    def rule(traffic_policy: dict[str, Any]) -> None:
+        lab.kubectl("delete", "destinationrule", "dr-echo", "-n", NS, "--ignore-not-found")
+        lab.apply(destination_rule("dr-echo", traffic_policy), namespace=NS)
+
+    try:
+        lab.wait_pods_ready(NS, "app=dr-echo", 1, timeout=90)
+        client_ip = lab.pod("client", NS)["status"]["podIP"]
+        pod_ip = lab.pod("dr-echo", NS)["status"]["podIP"]
+
+        def proxied(row: dict[str, Any]) -> bool:
+            proxy = row.get("proxy") or []
+            return row["status"] == 200 and proxy[:3] == ["TCP4", client_ip, pod_ip] and proxy[4:] == ["18082"]
+
+        def answer(port: int, ok: Callable[[dict[str, Any]], bool]) -> dict[str, Any] | None:
+            row = get(port)
+            return row if ok(row) else None
+
+        # No rule: HTTP/1.1 at L7, no PROXY line, and plain HTTP to the TLS port is not answered.
+        plain = wait_until("dr-echo through the waypoint", lambda: answer(81, lambda r: r["status"] == 200), 60, 1.0)
+        assert plain["proxy"] == [] and plain["request_id"], plain
+        first = get(80)
+        assert first["status"] == 200 and first["proto"] == "HTTP/1.1" and first["request_id"], first
+        assert get(443)["status"] == 0
+
+        rule({"tls": {"mode": "SIMPLE", "insecureSkipVerify": True}})
+        tls = wait_until("TLS originated", lambda: answer(443, lambda r: r["status"] == 200), 60, 1.0)
+        assert tls["tls"] and tls["pod"] == "dr-echo" and not tls["request_id"], tls  # carried as TCP
+
+        rule({"proxyProtocol": {"version": "V1"}})
+        at_l7 = wait_until("a PROXY line before the request", lambda: answer(81, proxied), 60, 1.0)
+        assert at_l7["request_id"], at_l7
+        as_tcp = get(9082)
+        assert proxied(as_tcp) and not as_tcp["request_id"], as_tcp
+
+        rule({"connectionPool": {"http": {"h2UpgradePolicy": "UPGRADE"}}})
+        h2 = wait_until("HTTP/2 upstream", lambda: answer(80, lambda r: r["proto"] == "HTTP/2.0"), 60, 1.0)
+        assert h2["status"] == 200 and h2["request_id"], h2
+        without = get(9082)  # the PROXY rule is gone (a TCP port: no HTTP/2 to the HTTP/1.1-only listener)
+        assert without["status"] == 200 and without["proxy"] == [], without
+
+        rule({"tls": {"mode": "ISTIO_MUTUAL"}, "proxyProtocol": {"version": "V1"}})
+        again = wait_until("ISTIO_MUTUAL and PROXY", lambda: answer(81, proxied), 60, 1.0)
+        assert again["request_id"], again
+    finally:
+        lab.kubectl("delete", "destinationrule", "dr-echo", "-n", NS, "--ignore-not-found")
+        lab.kubectl("delete", "service", "dr-echo", "-n", NS, "--ignore-not-found")
+        lab.kubectl("delete", "pod", "dr-echo", "-n", NS, "--ignore-not-found", "--wait=false")
 
 
 CUSTOMIZE_METRICS = customize_metrics_telemetry("echo-v2")  # upstream's TestCustomizeMetrics object, on echo-v2

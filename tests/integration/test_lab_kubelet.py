@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from tests.harness import free_port
 
+import ambit
 from ambit.apiserver.server import ApiServer
 from ambit.cni.errors import TryAgainLaterError
 from ambit.k8s import InformerSettings, KubeClient, KubeNotFoundError, kinds
@@ -99,6 +100,7 @@ def settings(tmp_path: Path, apiserver: ApiServer) -> NodeRuntimeSettings:
         api_host="127.0.0.1",
         api_port=int(apiserver.url.rsplit(":", 1)[1]),
         container_path=os.environ.get("PATH", ""),
+        container_pythonpath=str(Path(ambit.__file__).resolve().parent.parent),
         heartbeat_interval=0.3,
         sandbox_backoff_initial=0.05,
         sandbox_backoff_max=0.2,
@@ -207,6 +209,8 @@ import os, socket, sys, time
 print("env", os.environ["POD_NAME"], os.environ["MY_NS"], os.environ["POD_IP"], os.environ["AMBIT_TOKEN_FILE"],
       os.environ["KUBERNETES_SERVICE_HOST"], os.environ["NODE_NAME"], os.environ["SERVICE_ACCOUNT"],
       os.environ["COLOR"], flush=True)
+import ambit
+print("ambit from", ambit.__file__, flush=True)
 time.sleep(0.5)
 s = socket.socket()
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -334,6 +338,7 @@ async def test_a_pod_runs_then_becomes_ready_by_its_tcp_probe(
     assert review["status"]["user"]["username"] == "system:serviceaccount:default:default"
     log = (settings.pods_dir / uid / "app.log").read_text()
     assert f"env web default 127.0.0.1 {token} 127.0.0.1 node-1 default blue" in log
+    assert f"ambit from {settings.container_pythonpath}/ambit/__init__.py" in log  # the runtime's own, by PYTHONPATH
 
 
 # -- restarts ---------------------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from tests.integration.waypoint_rig import (
     waypoint_settings,
 )
 
+from ambit.hbone.headers import hostport
 from ambit.identity.localca import LocalCa
 from ambit.model.localconfig import LocalConfig, render_local_config
 from ambit.model.policy import Action, Clause, Match, Policy, Rule, Scope
@@ -60,6 +61,7 @@ class Entry:
     vip: str
     endpoint: str
     protocol: AppProtocol = AppProtocol.HTTP11
+    vip6: str = ""
 
     @property
     def key(self) -> str:
@@ -76,6 +78,8 @@ def entries(echo_port: int, admin_port: int) -> tuple[tuple[Entry, int], ...]:
         (Entry("zero.example.com", "240.240.0.5", "zero.example.net"), echo_port),
         (Entry("admin.example.com", "240.240.0.6", "loopback.example.net"), admin_port),
         (Entry("v6only.example.com", "240.240.0.7", "v6only.example.net"), echo_port),
+        (Entry("dual.example.com", "240.240.0.8", "dual.example.net", vip6="2001:2::8"), echo_port),
+        (Entry("dual-tcp.example.com", "240.240.0.9", "dual.example.net", AppProtocol.TCP, "2001:2::9"), echo_port),
     )
 
 
@@ -85,6 +89,7 @@ SCRIPT: dict[str, list[str] | str] = {
     "zero.example.net": ["0.0.0.0"],
     "loopback.example.net": ["127.0.0.1"],
     "v6only.example.net": ["::1"],
+    "dual.example.net": [EXTERNAL_IP, "::1"],
 }
 
 
@@ -117,7 +122,7 @@ def mesh(echo_port: int, admin_port: int) -> LocalConfig:
                 name=entry.host,
                 namespace="app",
                 hostname=entry.host,
-                vips=(NetworkAddress("", ipaddress.ip_address(entry.vip)),),
+                vips=tuple(NetworkAddress("", ipaddress.ip_address(vip)) for vip in (entry.vip, entry.vip6) if vip),
                 ports=(PortMapping(80, target_port, entry.protocol),),
                 waypoint=WAYPOINT_ADDR,
             )
@@ -145,7 +150,7 @@ class Egress:
     async def request(
         self, vip: str, host: str, method: str = "GET", headers: list[tuple[str, str]] | None = None
     ) -> tuple[int, bytes]:
-        client, stream = await self.tunnel(f"{vip}:80")
+        client, stream = await self.tunnel(hostport(vip, 80))
         try:
             status, _, body = await HttpOverTunnel(stream, host=host).request(method, "/echo", headers=headers)
             return status, body
@@ -228,6 +233,17 @@ async def test_a_name_with_only_an_ipv6_address_is_reached_over_ipv6(egress: Egr
     # IPv4 is asked first (as Istio's waypoint prefers it), then IPv6
     assert egress.dns.asked[("v6only.example.net", "A")] == 1
     assert egress.dns.asked[("v6only.example.net", "AAAA")] == 1
+
+
+async def test_a_name_with_both_versions_is_dialled_in_the_family_of_the_vip_the_client_called(egress: Egress) -> None:
+    """TestWaypointDNS's two legs on a dual-stack entry: a client that called the entry's IPv4 address reaches the
+    server over IPv4, one that called its IPv6 address over IPv6 (the server sees the waypoint's address of that
+    family), at L7 and as TCP; kept connections are never shared across the two."""
+    for vip, host in (("240.240.0.8", "dual.example.com"), ("240.240.0.9", "dual-tcp.example.com")):
+        for _ in range(2):  # the second call of each family on a kept connection, for HTTP
+            for called, peer in ((vip, "127.0.0.1"), (vip.replace("240.240.0.", "2001:2::"), "::1")):
+                status, body = await egress.request(called, host)
+                assert status == 200 and echo_of(body)["peer"] == peer, (called, body)
 
 
 async def test_an_authorization_policy_targeting_the_service_entry_is_enforced(egress: Egress) -> None:

@@ -14,6 +14,7 @@ import aiohttp
 import pytest
 from tests.integration.waypoint_rig import CLIENT_ID, CLIENT_IP, TD, WAYPOINT_ID, free_port, mesh_config
 
+from ambit.hbone.headers import hostport
 from ambit.identity.localca import LocalCa
 from ambit.model.localconfig import render_local_config
 from ambit.proxy.hbone_client import HboneClient, TunnelRefusedError
@@ -33,6 +34,7 @@ async def test_the_waypoint_command_starts_gets_ready_refuses_its_own_ports_and_
         "SERVICE_ACCOUNT": "waypoint",
         "POD_NAME": "waypoint-0",
         "INSTANCE_IP": "127.0.0.1",
+        "INSTANCE_IPS": "127.0.0.1,::1",  # a dual-stack pod: HBONE served on its IPv6 address too
     }
     process = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -63,15 +65,16 @@ async def test_the_waypoint_command_starts_gets_ready_refuses_its_own_ports_and_
                 await asyncio.sleep(0.1)
         cert = await ca.fetch_certificate(CLIENT_ID)
         loop = asyncio.get_running_loop()
-        sock = socket.socket()
-        sock.setblocking(False)
-        sock.bind((CLIENT_IP, 0))
-        await loop.sock_connect(sock, ("127.0.0.1", ports["hbone"]))
-        client = await HboneClient.connect(sock, cert, frozenset({WAYPOINT_ID}), trust_domain=TD)
-        with pytest.raises(TunnelRefusedError) as caught:
-            await client.open_tunnel(f"127.0.0.1:{ports['admin']}", [])
-        assert caught.value.status == 400
-        await client.aclose()
+        for family, source, waypoint in ((socket.AF_INET, CLIENT_IP, "127.0.0.1"), (socket.AF_INET6, "::1", "::1")):
+            sock = socket.socket(family)
+            sock.setblocking(False)
+            sock.bind((source, 0))
+            await loop.sock_connect(sock, (waypoint, ports["hbone"]))
+            client = await HboneClient.connect(sock, cert, frozenset({WAYPOINT_ID}), trust_domain=TD)
+            with pytest.raises(TunnelRefusedError) as caught:  # its own port, at either of its own addresses
+                await client.open_tunnel(hostport(waypoint, ports["admin"]), [])
+            assert caught.value.status == 400
+            await client.aclose()
     finally:
         if process.returncode is None:
             process.send_signal(signal.SIGTERM)

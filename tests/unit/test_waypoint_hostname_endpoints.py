@@ -3,6 +3,7 @@ a DNS answer gives for one (pure, on a state)."""
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 
 from hypothesis import given
@@ -25,10 +26,12 @@ from ambit.model.workload import (
 from ambit.waypoint.destinations import (
     OWN_PORTS,
     UNRESOLVED,
+    UNRESOLVED_V6,
     Endpoint,
     Refusal,
     ServiceTarget,
     WaypointSelf,
+    in_dialled_family,
     judge_resolved,
     pick_endpoint,
     pick_ingress_endpoint,
@@ -40,6 +43,7 @@ ME = WaypointSelf("egress", "egress-gateway", frozenset({WAYPOINT_IP}))
 EGRESS = GatewayAddress(NamespacedHostname("egress", "egress-gateway.egress.svc.cluster.local"))
 HOST = "fake-egress.example.com"
 KEY = f"app/{HOST}"
+VIPS = ("240.240.0.1", "2001:2::1")
 
 
 def dns_endpoint(name: str, hostname: str, **extra: object) -> Workload:
@@ -67,7 +71,7 @@ def external_state(*endpoints: Workload) -> WorkloadState:
             name=HOST,
             namespace="app",
             hostname=HOST,
-            vips=(NetworkAddress("", ipaddress.ip_address("240.240.0.1")),),
+            vips=tuple(NetworkAddress("", ipaddress.ip_address(vip)) for vip in VIPS),
             ports=(PortMapping(80, 80, AppProtocol.HTTP11), PortMapping(8080, 443, AppProtocol.HTTP11)),
             waypoint=EGRESS,
         )
@@ -94,6 +98,24 @@ def test_a_hostname_endpoint_is_chosen_unresolved_with_its_target_port() -> None
     assert endpoint is not None
     assert endpoint.ip == UNRESOLVED and endpoint.port == 443
     assert endpoint.resolve_hostname == "external.example.net"
+
+
+def test_a_hostname_endpoint_is_resolved_in_the_family_of_the_vip_the_client_dialled() -> None:
+    state = external_state(dns_endpoint("ep-0", "external.example.net"))
+    service = service_of(state)
+    endpoint = pick_endpoint(state, service, 80, lambda c: c[0])
+    assert endpoint is not None
+    called = {vip: ServiceTarget(service, 80, AppProtocol.HTTP11, ipaddress.ip_address(vip)) for vip in VIPS}
+    assert in_dialled_family(endpoint, called["2001:2::1"]) == dataclasses.replace(endpoint, ip=UNRESOLVED_V6)
+    assert in_dialled_family(endpoint, called["240.240.0.1"]) == endpoint  # IPv4 first, as before
+    by_name = ServiceTarget(service, 80, AppProtocol.HTTP11)  # the CONNECT named the host: no family asked for
+    assert in_dialled_family(endpoint, by_name) == endpoint
+    assert in_dialled_family(None, called["2001:2::1"]) is None
+    addressed = dataclasses.replace(endpoint, ip=ipaddress.ip_address("10.0.0.1"), resolve_hostname="")
+    assert in_dialled_family(addressed, called["2001:2::1"]) == addressed  # an address is dialled as it is
+    assert judge_resolved(dataclasses.replace(endpoint, ip=UNRESOLVED_V6), UNRESOLVED_V6, ME) == Refusal(
+        503, "external.example.net resolved to ::, which cannot be dialled"
+    )
 
 
 def test_an_endpoint_with_an_address_needs_no_resolution() -> None:

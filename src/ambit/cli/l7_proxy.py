@@ -59,6 +59,12 @@ def l7_settings(
             ipaddress.ip_address(instance_ip)
         except ValueError:
             raise typer.BadParameter(f"not an IP address: {instance_ip!r}", param_hint="--instance-ip") from None
+    instance_ips = tuple(ip.strip() for ip in os.environ.get("INSTANCE_IPS", "").split(",") if ip.strip())
+    for ip in instance_ips:
+        try:
+            ipaddress.ip_address(ip)
+        except ValueError:
+            raise typer.BadParameter(f"not an IP address: {ip!r}", param_hint="INSTANCE_IPS") from None
     if (xds_address or ca_address) and (root_cert is None or token is None):
         raise typer.BadParameter("--xds-address and --ca-address need --root-cert and --token")
     if not (ca_address or local_ca):
@@ -80,6 +86,7 @@ def l7_settings(
         service_account=service_account,
         pod_name=pod_name,
         instance_ip=instance_ip or None,
+        instance_ips=instance_ips,
         node_name=node_name,
         trust_domain=trust_domain,
         cluster_id=cluster_id,

@@ -9,8 +9,9 @@ does I/O; randomness comes in as ``choose``.
 Hostname endpoints (a ``resolution: DNS`` ServiceEntry's, spec §4.1 ``Workload.hostname``): :func:`pick_endpoint`
 may choose an endpoint that has a name and no address. Its :class:`Endpoint` then carries :data:`UNRESOLVED` as
 ``ip`` and names the host in :attr:`Endpoint.resolve_hostname`; the upstream shell resolves it on demand
-(:class:`~ambit.proxy.hostnames.HostnameResolver`, IPv4 preferred, as Istio's waypoint looks such names up) and
-asks :func:`judge_resolved` whether the answer may be dialled before it connects, plain TCP, to the address and the
+(:class:`~ambit.proxy.hostnames.HostnameResolver`) in the IP version of its ``ip`` (IPv4, or IPv6 when the client
+dialled an IPv6 address: :func:`in_dialled_family`), falling back to the other version, and asks
+:func:`judge_resolved` whether the answer may be dialled before it connects, plain TCP, to the address and the
 target port. A DNS answer is the network's word, not the mesh's: it must not turn the waypoint against itself.
 
 A DestinationRule narrows and shapes that choice (:mod:`ambit.waypoint.traffic_policy` decides): ``only`` keeps a
@@ -74,6 +75,10 @@ OWN_PORTS = frozenset({15000, 15008, 15020, 15021})
 
 UNRESOLVED: IPAddress = ipaddress.IPv4Address("0.0.0.0")
 """The ``ip`` of a hostname endpoint before its name is resolved (never dialled: :func:`judge_resolved`)."""
+
+UNRESOLVED_V6: IPAddress = ipaddress.IPv6Address("::")
+"""The ``ip`` of a hostname endpoint whose name is to be resolved to an IPv6 address first
+(:func:`in_dialled_family`); never dialled either."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -382,6 +387,18 @@ def original_destination(target: ServiceTarget) -> Endpoint | None:
         workload_name="",
     )
     return Endpoint(workload, ip, target.port, service)
+
+
+def in_dialled_family(endpoint: Endpoint | None, target: ServiceTarget) -> Endpoint | None:
+    """``endpoint``, to be resolved in the IP version of the VIP the client dialled: a hostname endpoint of a
+    connection to an IPv6 VIP gets :data:`UNRESOLVED_V6` as its ``ip``. So a client that called a ServiceEntry's
+    IPv6 address is served over IPv6 end to end, and one that called its IPv4 address over IPv4, as the node
+    proxy resolves such names in the original destination's family (upstream's TestWaypointDNS checks the family
+    the server saw on both legs). Connections kept for reuse are per ``ip`` too, so never shared across families.
+    Any other endpoint is returned as it is."""
+    if endpoint is None or not endpoint.resolve_hostname or target.ip is None or target.ip.version != 6:
+        return endpoint
+    return dataclasses.replace(endpoint, ip=UNRESOLVED_V6)
 
 
 def judge_resolved(endpoint: Endpoint, ip: IPAddress, me: WaypointSelf) -> Endpoint | Refusal:

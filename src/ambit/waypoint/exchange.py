@@ -90,6 +90,7 @@ from ambit.waypoint.destinations import (
     Refusal,
     ServiceTarget,
     find_backend_service,
+    in_dialled_family,
     original_destination,
 )
 from ambit.waypoint.downstream import Outcome, RequestSide, respond
@@ -293,6 +294,7 @@ async def serve_request(
                 endpoint = ctx.pick(ctx.state, service, port, choose, only=backend.members)
             if endpoint is None and service.key == target.service.key and port == target.port:
                 endpoint = original_destination(target)  # a PASSTHROUGH Service: where the client sent it
+            endpoint = in_dialled_family(endpoint, target)
         if endpoint is not None and transport != PLAIN:
             endpoint = dataclasses.replace(endpoint, transport=transport)
     else:  # workload-addressed: to that workload, as addressed

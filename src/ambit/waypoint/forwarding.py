@@ -23,7 +23,8 @@ Rules:
    loop picked; a retry picks anew among the Service's healthy endpoints this request has not tried yet, and
    among all of them again once every one was tried. This is Envoy's ``previous_hosts`` retry predicate, which
    Istio turns on for every route by default: a retry hides a failing endpoint instead of hitting it again. A
-   workload-addressed request has one endpoint and retries there.
+   workload-addressed request has one endpoint and retries there. A hostname endpoint is resolved in the first
+   try's IP version on every try (:func:`~ambit.waypoint.destinations.in_dialled_family`).
 4. A kept connection that turns out dead before any answer (the endpoint closed it while idle: the keep-alive
    race) is replaced once by a fresh one within the same try, when the body can still be replayed.
 5. The request body is buffered as it is read from the client, up to
@@ -281,6 +282,8 @@ class _Exchange:
             pick = self.ctx.pick
             fresh = pick(state, service, self.plan.port, choose, exclude=frozenset(self.tried), only=only)
             endpoint = fresh or pick(state, service, self.plan.port, choose, only=only) or endpoint
+            if endpoint.resolve_hostname and self.first.resolve_hostname:  # the first try's family
+                endpoint = dataclasses.replace(endpoint, ip=self.first.ip)
             if endpoint.transport != self.plan.transport:
                 endpoint = dataclasses.replace(endpoint, transport=self.plan.transport)
         self.tried.add(endpoint.workload.uid)

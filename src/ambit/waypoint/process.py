@@ -136,7 +136,8 @@ class Waypoint:
         """The HBONE listener's admission (:mod:`ambit.proxy.admission`): the process has that one listener."""
         addresses: frozenset[IPAddress] = frozenset()
         if settings.instance_ip:
-            addresses = frozenset({ipaddress.ip_address(settings.instance_ip)})
+            own = (settings.instance_ip, *settings.more_listen_hosts)
+            addresses = frozenset(ipaddress.ip_address(ip) for ip in own)
         own_ports = OWN_PORTS | {
             settings.hbone_port,
             settings.admin_port,
@@ -210,6 +211,7 @@ class Waypoint:
             flows=self.flows,
         )
         self._listener: socket.socket | None = None
+        self._more_listeners: list[socket.socket] = []
         self._connections: set[asyncio.Task[None]] = set()
         self._tasks: list[asyncio.Task[None]] = []
         self._state_loaded = False
@@ -316,7 +318,8 @@ class Waypoint:
         if self.admin_token_file is not None:
             write_admin_token(self.admin_token_file, self.admin_token)
         await self.endpoints.start()
-        self._listener = self._listen()
+        self._listener = self._listen(self.settings.listen_host)
+        self._more_listeners = [self._listen(host) for host in self.settings.more_listen_hosts]
         self.certs.track({self.identity})
         if self.xds is not None:
             await self.xds.start()
@@ -326,16 +329,18 @@ class Waypoint:
             self._state_loaded = True
         else:
             self._state_loaded = True  # no source of state: an empty mesh
-        self._tasks.append(asyncio.create_task(self._accept(self._listener), name="waypoint hbone accept"))
+        for listener in (self._listener, *self._more_listeners):
+            self._tasks.append(asyncio.create_task(self._accept(listener), name="waypoint hbone accept"))
         self._tasks.append(asyncio.create_task(self._housekeeping(), name="waypoint housekeeping"))
         log.info("waypoint %s is running (HBONE %s:%d)", self.identity, *self.hbone_address)
 
-    def _listen(self) -> socket.socket:
-        host = self.settings.listen_host
+    def _listen(self, host: str) -> socket.socket:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             sock.bind((host, self.settings.hbone_port))
             sock.listen(1024)
             sock.setblocking(False)
@@ -422,6 +427,8 @@ class Waypoint:
                 await task
         if self._listener is not None:
             self._listener.close()
+        for listener in self._more_listeners:
+            listener.close()
         background = [*self._connections, *self.context.background]
         for task in background:
             task.cancel()

@@ -96,6 +96,8 @@ class WaypointSettings:
     """``SERVICE_ACCOUNT``: the identity is ``spiffe://<trust domain>/ns/<namespace>/sa/<service_account>``."""
     pod_name: str = ""
     instance_ip: str | None = None
+    instance_ips: tuple[str, ...] = ()
+    """``INSTANCE_IPS`` (the downward API's ``status.podIPs``, comma-separated): every address of the pod."""
     """``INSTANCE_IP``: where HBONE is served and the waypoint's own address; None serves on 0.0.0.0."""
     node_name: str = ""
     trust_domain: str = DEFAULT_TRUST_DOMAIN
@@ -135,3 +137,12 @@ class WaypointSettings:
     @property
     def listen_host(self) -> str:
         return self.instance_ip or "0.0.0.0"
+
+    @property
+    def more_listen_hosts(self) -> tuple[str, ...]:
+        """The pod's other addresses (``instance_ips`` but ``instance_ip``: a dual-stack pod's IPv6), where HBONE is
+        served too, as Istio binds its waypoint's HBONE listener dual stack: a node proxy reaches a waypoint in the
+        family of the address its client dialled."""
+        if not self.instance_ip:
+            return ()
+        return tuple(ip for ip in self.instance_ips if ip != self.instance_ip)

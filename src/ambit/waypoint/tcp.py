@@ -36,6 +36,7 @@ from ambit.waypoint.destinations import (
     ServiceTarget,
     choose_weighted,
     find_backend_service,
+    in_dialled_family,
     original_destination,
 )
 from ambit.waypoint.traffic_policy import DEFAULT as DEFAULT_BACKEND
@@ -129,12 +130,15 @@ def endpoint_for(ctx: WaypointContext, tunnel: Tunnel) -> tuple[Endpoint | None,
         endpoint, planned = _pick(ctx, tunnel, target.backend, target.service)
         if endpoint is None:
             endpoint = original_destination(target)  # a PASSTHROUGH Service: where the client sent it
-        return endpoint, planned
+        return in_dialled_family(endpoint, target), planned
     chosen = choose_weighted(table.tcp_backends, ctx.random())
     if chosen is None or chosen.backend is None:
         return None, None
     service = find_backend_service(ctx.state, chosen.backend)
-    return _pick(ctx, tunnel, chosen.backend, service) if service is not None else (None, None)
+    if service is None:
+        return None, None
+    endpoint, planned = _pick(ctx, tunnel, chosen.backend, service)
+    return in_dialled_family(endpoint, target), planned
 
 
 def _pick(

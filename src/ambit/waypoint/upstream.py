@@ -13,7 +13,8 @@ Theory of operation: :meth:`Upstreams.open_stream` reaches one :class:`~ambit.wa
   tunnelled again, to a port the peer's node proxy refuses); an endpoint reached through a waypoint
   (``via``) is then the Service's VIP and port, which that node proxy steers to the waypoint;
 - a hostname endpoint (a ``resolution: DNS`` ServiceEntry's) is first resolved on demand by the
-  :class:`~ambit.proxy.hostnames.HostnameResolver` (IPv4 preferred), the answer judged by
+  :class:`~ambit.proxy.hostnames.HostnameResolver` in the IP version of the endpoint's unresolved ``ip`` (IPv4
+  unless the client dialled IPv6: :func:`~ambit.waypoint.destinations.in_dialled_family`), the answer judged by
   :func:`~ambit.waypoint.destinations.judge_resolved`, then gets plain TCP to ``<resolved address>:<target port>``;
   with :attr:`~ambit.waypoint.destinations.Transport.race_first_connect`, every address of both versions that
   passes the judge is dialled at once and the first connection kept (:mod:`ambit.waypoint.racing`).
@@ -65,7 +66,6 @@ from ambit.proxy.streams import ByteStream, SocketStream
 from ambit.waypoint.decisions import RequestHead
 from ambit.waypoint.destinations import (
     PLAIN,
-    UNRESOLVED,
     Endpoint,
     Refusal,
     Transport,
@@ -248,12 +248,13 @@ class Upstreams:
         return context
 
     async def fetch_resolved(self, endpoint: Endpoint) -> Endpoint:
-        """``endpoint`` at an address of its hostname that may be dialled; :class:`UpstreamConnectError` else."""
+        """``endpoint`` at an address of its hostname that may be dialled, of the IP version of its unresolved ``ip``
+        when the name has one; :class:`UpstreamConnectError` else."""
         name = endpoint.resolve_hostname
         if self.hostnames is None:
             raise UpstreamDnsError(f"{name}: no resolver for hostname endpoints")
         try:
-            ip = await self.hostnames.fetch_address(name, UNRESOLVED)
+            ip = await self.hostnames.fetch_address(name, endpoint.ip)
         except HostnameLookupError as exc:
             raise UpstreamDnsError(str(exc)) from None
         judged = judge_resolved(endpoint, ip, self._me)

@@ -207,6 +207,7 @@ def _container(
             _field("POD_NAME", "metadata.name"),
             _field("POD_NAMESPACE", "metadata.namespace"),
             _field("INSTANCE_IP", "status.podIP"),
+            _field("INSTANCE_IPS", "status.podIPs"),
             _field("SERVICE_ACCOUNT", "spec.serviceAccountName"),
             _field("NODE_NAME", "spec.nodeName"),
             _field("HOST_IP", "status.hostIP"),

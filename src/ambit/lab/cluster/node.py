@@ -40,6 +40,15 @@ def container_path() -> str:
     return f"{Path(sys.executable).parent}:{_SYSTEM_PATH}"
 
 
+def container_pythonpath() -> str:
+    """Pods' PYTHONPATH: the directory this process imported Ambit from. A pod's interpreter is this one, but its
+    installed Ambit may be another checkout's (an editable install shared by git worktrees); the lab's pods must
+    run the lab's code. :func:`interpreter_dirs` keeps the directory visible in containers."""
+    import ambit
+
+    return str(Path(ambit.__file__).resolve().parent.parent)
+
+
 HOST_SECRETS = ("/etc/shadow", "/etc/gshadow", "/etc/ssh")
 """The machine's own secrets, hidden from containers besides the lab's (a container may run as root)."""
 
@@ -127,7 +136,11 @@ async def run_node(topology: Topology, node_name: str, taints: tuple[NodeTaint, 
     runner = SubprocessRunner()
     record = Record(topology.record_file)
     settings = NodeRuntimeSettings.for_lab(
-        topology, node_name, container_path=container_path(), register_with_taints=taints
+        topology,
+        node_name,
+        container_path=container_path(),
+        container_pythonpath=container_pythonpath(),
+        register_with_taints=taints,
     )
     # The kubelet's part as the node itself, the Service rules as the service proxy (kubeadm's identities).
     async with (

@@ -110,6 +110,10 @@ class NodeRuntimeSettings:
     """Taints the Node is created with (kubelet's ``--register-with-taints``); never re-added to an existing Node."""
     container_path: str = DEFAULT_PATH
     """``PATH`` of containers (no image brings one)."""
+    container_pythonpath: str = ""
+    """``PYTHONPATH`` of containers when not empty: the directory the lab imports Ambit from, so that a pod's
+    ``python3 -m ambit ...`` runs the lab's own code even when the interpreter's installed Ambit is another
+    checkout's (a git worktree sharing a virtual environment)."""
     heartbeat_interval: float = 10.0
     """Seconds between Node status heartbeats and Lease renewals."""
     lease_duration_seconds: int = 40

@@ -774,6 +774,8 @@ class PodWorker:
             "NODE_NAME": s.node_name,
             "SERVICE_ACCOUNT": account,
         }
+        if s.container_pythonpath:
+            env["PYTHONPATH"] = s.container_pythonpath
         if self._token_written:
             sandboxed = self.runtime.containers.sandboxed
             env["AMBIT_TOKEN_FILE"] = f"{SERVICE_ACCOUNT_DIR}/token" if sandboxed else str(self.token_path)
