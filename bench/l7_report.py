@@ -19,11 +19,12 @@ Rules:
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
+
+from bench.report import rows_as_json_lines
 
 DIRECT, L4, WAYPOINT, HAPROXY_HTTP = "direct", "l4", "waypoint", "haproxy-http"
 GATEWAY, HAPROXY_INGRESS = "gateway", "haproxy-ingress"
@@ -210,11 +211,4 @@ def markdown(rows: Sequence[Row], env: dict[str, Any], profile: str, notes: Sequ
 
 def json_lines(rows: Sequence[Row], env: dict[str, Any], profile: str) -> str:
     """One object per row, each carrying the profile and the environment."""
-    out = []
-    for r in rows:
-        obj = asdict(r)
-        obj["samples"] = list(r.samples)
-        obj["profile"] = profile
-        obj["env"] = env
-        out.append(json.dumps(obj, sort_keys=True, ensure_ascii=False))
-    return "\n".join(out) + "\n"
+    return rows_as_json_lines(rows, env, profile)

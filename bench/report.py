@@ -157,3 +157,16 @@ def _number(value: float | None) -> str:
     if magnitude >= 1:
         return f"{value:.2f}"
     return f"{value:.3g}"
+
+
+def rows_as_json_lines(rows: Sequence[Any], env: dict[str, Any], profile: str) -> str:
+    """One JSON object per table row (a dataclass with a ``samples`` sequence), each carrying the profile and the
+    environment: the ``.json`` beside a benchmark's ``.md`` (bench.mesh, bench.l7)."""
+    out = []
+    for r in rows:
+        obj = asdict(r)
+        obj["samples"] = list(r.samples)
+        obj["profile"] = profile
+        obj["env"] = env
+        out.append(json.dumps(obj, sort_keys=True, ensure_ascii=False))
+    return "\n".join(out) + "\n"

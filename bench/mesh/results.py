@@ -10,13 +10,13 @@ shows the latency added over ``direct``, the figure the targets speak of.
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from bench.mesh.profile import DIRECT, MODES, STUNNEL
+from bench.report import rows_as_json_lines
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,11 +139,4 @@ def markdown(rows: Sequence[Row], env: dict[str, Any], profile: str, notes: Sequ
 
 def json_lines(rows: Sequence[Row], env: dict[str, Any], profile: str) -> str:
     """One object per measurement (a row of the tables), each carrying the profile and the environment."""
-    out = []
-    for r in rows:
-        obj = asdict(r)
-        obj["samples"] = list(r.samples)
-        obj["profile"] = profile
-        obj["env"] = env
-        out.append(json.dumps(obj, sort_keys=True, ensure_ascii=False))
-    return "\n".join(out) + "\n"
+    return rows_as_json_lines(rows, env, profile)

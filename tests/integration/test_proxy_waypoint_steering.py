@@ -119,6 +119,19 @@ async def rig(tmp_path: Path, waypoint_identity: SpiffeId = WAYPOINT_ID) -> Asyn
         await waypoint.aclose()
 
 
+async def _echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    writer.write(await reader.read())
+    await writer.drain()
+    writer.close()
+
+
+async def legacy_echo_server() -> tuple[asyncio.Server, int]:
+    """An echo server at ``LEGACY_IP`` (an uncaptured pod's app, reached in plaintext) and its port; the caller
+    closes it."""
+    app = await asyncio.start_server(_echo, LEGACY_IP, 0)
+    return app, app.sockets[0].getsockname()[1]
+
+
 async def test_a_connection_to_a_vip_with_a_waypoint_arrives_at_the_waypoint_as_a_connect_to_the_vip(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -168,13 +181,7 @@ async def test_a_waypoint_that_does_not_resolve_refuses_the_connection_and_count
 
 
 async def test_a_connection_to_a_pod_ip_without_a_waypoint_still_goes_straight_to_the_pod(tmp_path: Path) -> None:
-    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(await reader.read())
-        await writer.drain()
-        writer.close()
-
-    app = await asyncio.start_server(echo, LEGACY_IP, 0)
-    port = app.sockets[0].getsockname()[1]
+    app, port = await legacy_echo_server()
     try:
         async with rig(tmp_path) as r:
             # The pod is an endpoint of web, whose waypoint is for the service only: pod-IP traffic skips it.
@@ -207,13 +214,7 @@ async def test_a_connection_the_waypoint_refuses_after_the_binding_moved_is_plan
     """Rule 7 of the outbound module: the waypoint heard that web no longer uses it before this proxy did (it
     answers 400); once this proxy's state says so too, the same connection goes straight to web's pod."""
 
-    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(await reader.read())
-        await writer.drain()
-        writer.close()
-
-    app = await asyncio.start_server(echo, LEGACY_IP, 0)
-    port = app.sockets[0].getsockname()[1]
+    app, port = await legacy_echo_server()
     legacy = pod(
         "legacy-0", LEGACY_IP, tunnel_protocol=TunnelProtocol.NONE, services={WEB_KEY: (PortMapping(80, port),)}
     )
@@ -280,13 +281,7 @@ async def test_an_unreachable_waypoint_is_left_once_the_state_sends_the_connecti
     goes straight to web's pod. With no such news the connection fails within the budget, and the unreachable
     instance is dialled once, not again and again."""
 
-    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(await reader.read())
-        await writer.drain()
-        writer.close()
-
-    app = await asyncio.start_server(echo, LEGACY_IP, 0)
-    port = app.sockets[0].getsockname()[1]
+    app, port = await legacy_echo_server()
     legacy = pod(
         "legacy-0", LEGACY_IP, tunnel_protocol=TunnelProtocol.NONE, services={WEB_KEY: (PortMapping(80, port),)}
     )
@@ -383,13 +378,7 @@ async def test_on_demand_the_destination_then_its_waypoint_are_asked_for_before_
 async def test_on_demand_an_address_known_absent_goes_as_outside_the_mesh_and_no_answer_fails_closed(
     tmp_path: Path,
 ) -> None:
-    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(await reader.read())
-        await writer.drain()
-        writer.close()
-
-    app = await asyncio.start_server(echo, LEGACY_IP, 0)
-    port = app.sockets[0].getsockname()[1]
+    app, port = await legacy_echo_server()
     try:
         async with rig(tmp_path) as r:
             _only_the_client(r)
