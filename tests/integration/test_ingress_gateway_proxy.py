@@ -245,6 +245,20 @@ class EchoEndpoint:
 
 @pytest.fixture
 async def gateway(tmp_path: Path) -> AsyncIterator[tuple[IngressGateway, EchoEndpoint, dict[str, KeyPair]]]:
+    async with started_gateway(tmp_path) as started:
+        yield started
+
+
+@pytest.fixture
+async def dual_stack_gateway(tmp_path: Path) -> AsyncIterator[tuple[IngressGateway, EchoEndpoint, dict[str, KeyPair]]]:
+    async with started_gateway(tmp_path, instance_ips=("127.0.0.1", "::1")) as started:
+        yield started
+
+
+@contextlib.asynccontextmanager
+async def started_gateway(
+    tmp_path: Path, instance_ips: tuple[str, ...] = ()
+) -> AsyncIterator[tuple[IngressGateway, EchoEndpoint, dict[str, KeyPair]]]:
     ca = LocalCa(tmp_path / "ca", trust_domain=TD)
     state = tmp_path / "mesh.yaml"
     state.write_text(render_local_config(mesh()), encoding="utf-8")
@@ -260,6 +274,7 @@ async def gateway(tmp_path: Path) -> AsyncIterator[tuple[IngressGateway, EchoEnd
         service_account="edge-istio",
         pod_name="edge-istio-0",
         instance_ip="127.0.0.1",
+        instance_ips=instance_ips,
         config_file=state,
         local_ca_dir=tmp_path / "ca",
         admin_port=free_port(),
@@ -331,6 +346,30 @@ async def test_http_is_routed_by_host_to_the_mesh_service_with_the_gateway_s_ide
     assert any(
         'response_code="200"' in line and 'destination_service="echo.app.svc.cluster.local"' in line for line in counted
     )
+
+
+async def test_a_dual_stack_gateway_serves_its_listeners_on_each_pod_address(
+    dual_stack_gateway: tuple[IngressGateway, EchoEndpoint, dict[str, KeyPair]],
+) -> None:
+    """INSTANCE_IPS names the pod's IPv4 and IPv6 addresses: a client reaching the gateway's Service over either
+    family is served (Envoy's listeners take both), and a removed port closes on both."""
+    proc, endpoint, _ = dual_stack_gateway
+    await ready(proc)
+    port = port_of(proc, "http")
+    for host in ("127.0.0.1", "::1"):
+        reader, writer = await asyncio.open_connection(host, port)
+        writer.write(b"GET /hello HTTP/1.1\r\nHost: a.example\r\nConnection: close\r\n\r\n")
+        await writer.drain()
+        data = await asyncio.wait_for(reader.read(), 10)
+        writer.close()
+        assert data.startswith(b"HTTP/1.1 200"), (host, data[:80])
+    assert set(endpoint.peers) == {GATEWAY_ID}
+    assert proc.listening_ports().count(port) == 1
+    proc.apply(dataclasses.replace(proc.router.config, listeners=()))
+    await asyncio.sleep(0)
+    for host in ("127.0.0.1", "::1"):
+        with pytest.raises(OSError):
+            await asyncio.open_connection(host, port)
 
 
 async def test_https_sni_picks_the_certificate_and_the_listener(

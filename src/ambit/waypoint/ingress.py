@@ -6,7 +6,8 @@ manager for its SPIFFE identity ``spiffe://<td>/ns/<ns>/sa/<name>-istio``, workl
 HBONE pool, telemetry and admin endpoints) that, instead of an HBONE listener, serves the listeners of its
 :class:`~ambit.model.ingress.GatewayConfig`:
 
-- Each port of the config is bound on the pod's address when a config names it and closed when none does.
+- Each port of the config is bound on every address of the pod (``INSTANCE_IP`` and ``INSTANCE_IPS``: a dual-stack
+  pod's IPv4 and IPv6, as Envoy's listeners are) when a config names it and closed when none does.
   Connections on an HTTPS port are TLS-terminated (:mod:`ambit.waypoint.ingress_tls`): the client's server name
   (SNI) picks the listener (:class:`~ambit.waypoint.ingress_routing.IngressRouter`) and, among that listener's
   certificates, the first whose names cover it (an ``ISTIO_MUTUAL`` listener: the gateway's own mesh
@@ -197,7 +198,8 @@ class IngressGateway(Waypoint):
         self.context.pick = self._pick
         self.context.upstreams.captured = self.captured
         self.readiness.add_pending(CONFIG_TASK)
-        self._ports: dict[int, tuple[socket.socket, asyncio.Task[None]]] = {}
+        self._ports: dict[int, list[tuple[socket.socket, asyncio.Task[None]]]] = {}
+        """Each listener port's sockets, one per pod address (a dual-stack pod's IPv4 and IPv6)."""
         self._tunnel_ports: dict[int, tuple[socket.socket, asyncio.Task[None]]] = {}
         """The loopback listeners of a PROXY inbound binding (:mod:`ambit.waypoint.ingress_tunnel` rule 1)."""
         self._tls: dict[int, PortTls] = {}
@@ -320,22 +322,27 @@ class IngressGateway(Waypoint):
         protocols = self.router.ports()
         wanted = set(protocols)
         for port in sorted(set(self._ports) - wanted):
-            sock, task = self._ports.pop(port)
-            task.cancel()
-            sock.close()
+            for sock, task in self._ports.pop(port):
+                task.cancel()
+                sock.close()
             self._gates.pop(port, None)
         for port in sorted(wanted):  # a port whose protocol changed gets a new gate; old tickets free the old one
             gate = self._gates.get(port)
             if gate is None or gate.kind != gate_kind(protocols[port]):
                 self._gates[port] = port_gate(protocols[port], self.settings.limits, self.budget)
+        loop = asyncio.get_running_loop()
         for port in sorted(wanted - set(self._ports)):
-            try:
-                sock = self._bind(port)
-            except OSError as exc:
-                log.warning("cannot listen on port %d: %s", port, exc.strerror or exc)
-                continue
-            task = asyncio.get_running_loop().create_task(self._accept_port(sock, port), name=f"gateway accept :{port}")
-            self._ports[port] = (sock, task)
+            bound: list[tuple[socket.socket, asyncio.Task[None]]] = []
+            for host in (self.settings.listen_host, *self.settings.more_listen_hosts):
+                try:
+                    sock = self._bind(port, host)
+                except OSError as exc:
+                    log.warning("cannot listen on %s port %d: %s", host, port, exc.strerror or exc)
+                    continue
+                name = f"gateway accept {host}:{port}"
+                bound.append((sock, loop.create_task(self._accept_port(sock, port), name=name)))
+            if bound:
+                self._ports[port] = bound
 
     def _bind(self, port: int, host: str | None = None) -> socket.socket:
         host = host or self.settings.listen_host
@@ -697,7 +704,7 @@ class IngressGateway(Waypoint):
         return dump
 
     async def aclose(self) -> None:
-        listeners = [*self._ports.values(), *self._tunnel_ports.values()]
+        listeners = [*(pair for bound in self._ports.values() for pair in bound), *self._tunnel_ports.values()]
         for sock, task in listeners:
             task.cancel()
             sock.close()
