@@ -33,10 +33,11 @@ from ambit.hbone.headers import hostport
 from ambit.identity.localca import LocalCa
 from ambit.model.localconfig import LocalConfig, render_local_config
 from ambit.model.policy import Action, Clause, Match, Policy, Rule, Scope
-from ambit.model.routes import WaypointConfig
+from ambit.model.routes import BackendService, RouteTable, WaypointConfig
 from ambit.model.workload import AppProtocol, NetworkAddress, PortMapping, Service, TunnelProtocol, Workload
 from ambit.proxy.hbone_client import HboneClient
 from ambit.proxy.hbone_stream import HboneStream
+from ambit.waypoint.decisions import Decision, Forward, RequestHead
 from ambit.waypoint.process import Waypoint
 from ambit.waypoint.settings import WaypointLimits
 
@@ -244,6 +245,24 @@ async def test_a_name_with_both_versions_is_dialled_in_the_family_of_the_vip_the
             for called, peer in ((vip, "127.0.0.1"), (vip.replace("240.240.0.", "2001:2::"), "::1")):
                 status, body = await egress.request(called, host)
                 assert status == 200 and echo_of(body)["peer"] == peer, (called, body)
+
+
+async def test_a_mirrored_copy_goes_in_the_family_of_the_vip_the_client_called(egress: Egress) -> None:
+    """A RequestMirror to a hostname entry resolves its name in the client's family, as the request itself does."""
+
+    def router(table: RouteTable | None, destination: BackendService, request: RequestHead, r: float) -> Decision:
+        return Forward(destination, request, mirrors=((destination, request),))
+
+    egress.waypoint.context.router = router
+    for called, peer in (("240.240.0.8", "127.0.0.1"), ("2001:2::8", "::1")):
+        egress.seen.clear()
+        status, body = await egress.request(called, "dual.example.com")
+        assert status == 200 and echo_of(body)["peer"] == peer, (called, body)
+        async with asyncio.timeout(10):
+            while not any(s["host"].endswith("-shadow") for s in egress.seen):  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+        (shadow,) = [s for s in egress.seen if s["host"].endswith("-shadow")]
+        assert shadow["peer"] == peer, (called, shadow)
 
 
 async def test_an_authorization_policy_targeting_the_service_entry_is_enforced(egress: Egress) -> None:

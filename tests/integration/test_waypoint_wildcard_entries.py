@@ -45,12 +45,14 @@ from tests.integration.waypoint_rig import (
     HttpOverTunnel,
     echo_of,
     free_port,
+    shared_free_port,
     waypoint_settings,
 )
 
 from ambit.controlplane.translate import Translation, translate_all
 from ambit.controlplane.translate.autoallocate import AddressAllocator, plan_addresses
 from ambit.dns.answer import Answered, DnsClient, decide
+from ambit.hbone.headers import hostport
 from ambit.identity.localca import LocalCa
 from ambit.identity.manager import CertificateManager
 from ambit.model.localconfig import LocalConfig, render_local_config
@@ -77,10 +79,13 @@ EXTERNAL_IP, TRAP_IP, CLIENT_IP = "127.0.0.81", "127.0.0.82", "127.0.0.4"
 WILDCARD = "*.external.svc.cluster.local"
 NAME = "external.external.svc.cluster.local"
 OTHER = "other.external.svc.cluster.local"
+DUAL = "dual.external.svc.cluster.local"
+"""A name with an A and an AAAA record: dialled in the family of the entry's address the client called."""
 LIMITS = WaypointLimits(max_head_bytes=8 * 1024, head_timeout=2.0, sniff_timeout=1.0, startup_wait=5.0)
 SCRIPT: dict[str, list[str] | str] = {
     NAME: [EXTERNAL_IP],
     OTHER: [EXTERNAL_IP],
+    DUAL: [EXTERNAL_IP, "::1"],
     "zero.external.svc.cluster.local": ["0.0.0.0"],
     "trap.example.com": [TRAP_IP],
     "external.non-existent.svc.cluster.local": [TRAP_IP],
@@ -163,6 +168,7 @@ class Egress:
     seen: Seen
     vip: str
     entry: dict[str, Any]
+    vip6: str = ""
 
     def configure(self, **objects: list[dict[str, Any]]) -> Translation:
         """Translate the entry and the waypoint (plus ``objects``); the waypoint gets its WaypointConfig."""
@@ -183,7 +189,7 @@ class Egress:
         return any(asked == name for asked, _ in self.dns.asked)
 
     @contextlib.asynccontextmanager
-    async def tunnel(self, port: int) -> AsyncIterator[HboneStream]:
+    async def tunnel(self, port: int, vip: str = "") -> AsyncIterator[HboneStream]:
         loop = asyncio.get_running_loop()
         sock = socket.socket()
         sock.setsockopt(
@@ -195,22 +201,23 @@ class Egress:
         cert = await self.ca.fetch_certificate(CLIENT_ID)
         client = await HboneClient.connect(sock, cert, frozenset({WAYPOINT_ID}), trust_domain=TD)
         try:
-            yield await client.open_tunnel(f"{self.vip}:{port}", [("forwarded", f'for="{CLIENT_IP}:1"')])
+            authority = hostport(vip or self.vip, port)
+            yield await client.open_tunnel(authority, [("forwarded", f'for="{CLIENT_IP}:1"')])
         finally:
             await client.aclose()
 
-    async def get(self, host: str, port: int = 80) -> tuple[int, bytes]:
-        async with self.tunnel(port) as stream:
+    async def get(self, host: str, port: int = 80, vip: str = "") -> tuple[int, bytes]:
+        async with self.tunnel(port, vip) as stream:
             status, _, body = await HttpOverTunnel(stream, host=host).request("GET", "/echo")
             return status, body
 
-    async def get_over_tls(self, server_name: str | None) -> tuple[int, bytes]:
+    async def get_over_tls(self, server_name: str | None, vip: str = "") -> tuple[int, bytes]:
         """HTTPS through the TLS port: the client's own TLS, the waypoint reading only its ClientHello."""
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
         context.set_alpn_protocols(["http/1.1"])
-        async with self.tunnel(443) as stream:
+        async with self.tunnel(443, vip) as stream:
             tls = TlsStream(stream, context, server_name or "")
             async with asyncio.timeout(10):
                 await tls.handshake()
@@ -248,8 +255,9 @@ async def external_servers(tmp_path: Path, seen: Seen) -> AsyncIterator[tuple[in
     app.router.add_get("/echo", echo)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
     await runner.setup()
-    http_port, tls_port = free_port(EXTERNAL_IP), free_port(EXTERNAL_IP)
-    for ip in (EXTERNAL_IP, TRAP_IP):
+    hosts = (EXTERNAL_IP, TRAP_IP, "::1")
+    http_port, tls_port = shared_free_port(hosts), shared_free_port(hosts)
+    for ip in hosts:
         await web.TCPSite(runner, ip, http_port).start()
         await web.TCPSite(runner, ip, tls_port, ssl_context=context).start()
     try:
@@ -281,7 +289,9 @@ async def egress(tmp_path: Path) -> AsyncIterator[Egress]:
         waypoint = Waypoint(settings)
         await waypoint.start()
         try:
-            rig = Egress(waypoint, dns, LocalCa(tmp_path / "ca", trust_domain=TD), seen, str(service.vips[0].ip), entry)
+            ca = LocalCa(tmp_path / "ca", trust_domain=TD)
+            vip, vip6 = (str(v.ip) for v in service.vips)
+            rig = Egress(waypoint, dns, ca, seen, vip, entry, vip6)
             rig.configure()
             yield rig
         finally:
@@ -296,6 +306,23 @@ async def test_basic_a_request_goes_at_l7_to_the_name_its_host_gives(egress: Egr
     assert answer["id"], "the waypoint handled it at L7 (IsL7)"
     status, body = await egress.get(f"{OTHER}:80")  # another name under the wildcard, the port in the Host
     assert status == 200 and echo_of(body)["host"] == f"{OTHER}:80"
+
+
+async def test_a_name_with_both_versions_is_dialled_in_the_family_of_the_entry_address_called(egress: Egress) -> None:
+    """TestWaypointDNS's two legs on the wildcard: the entry's IPv4 address called reaches the name's IPv4 address,
+    its IPv6 address the name's IPv6 one, at L7 (the Host names it), by SNI on the TLS port, and with TLS
+    originated by the wildcard DestinationRule."""
+    for _ in range(2):  # the second HTTP call of each family on a kept connection, never the other family's
+        for vip, at in ((egress.vip, EXTERNAL_IP), (egress.vip6, "::1")):
+            status, body = await egress.get(DUAL, vip=vip)
+            assert status == 200 and echo_of(body)["at"] == at, (vip, body)
+    for vip, at in ((egress.vip, EXTERNAL_IP), (egress.vip6, "::1")):
+        status, body = await egress.get_over_tls(DUAL, vip=vip)
+        assert status == 200 and echo_of(body)["at"] == at and echo_of(body)["tls"] == "yes", (vip, body)
+    egress.configure(destination_rules=[TLS_ORIGINATION])
+    for vip, at in ((egress.vip, EXTERNAL_IP), (egress.vip6, "::1")):
+        status, body = await egress.get(DUAL, 8080, vip=vip)
+        assert status == 200 and echo_of(body)["at"] == at and echo_of(body)["tls"] == "yes", (vip, body)
 
 
 async def test_a_host_outside_the_wildcard_is_404_and_neither_looked_up_nor_dialled(egress: Egress) -> None:

@@ -104,7 +104,7 @@ def shared_free_port(hosts: tuple[str, ...]) -> int:
         port = free_port(hosts[0])
         try:
             for host in hosts[1:]:
-                with socket.socket() as sock:
+                with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
                     sock.bind((host, port))
         except OSError:
             continue

@@ -28,7 +28,8 @@ Rules:
    covers every name that ends in ``.example.com`` with at least one label before it, at any depth; a host without
    a wildcard covers only itself; a bare ``*`` or a wildcard that is not a whole first label (``*foo.com``) covers
    nothing (fail closed).
-5. The endpoint: the judged name, resolved as the request comes, at the Service port's target port (its ``number``
+5. The endpoint: the judged name, resolved as the request comes in the IP version of the entry address the client
+   called (:func:`~ambit.waypoint.destinations.in_dialled_family`), at the Service port's target port (its ``number``
    when the entry gives no ``targetPort``); plain TCP, then what the DestinationRule asks (originated TLS: the SNI
    is the rule's ``sni``, else the name, as Envoy's ``auto_sni``; the certificate is checked against it unless the
    rule skips verification).

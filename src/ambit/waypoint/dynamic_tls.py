@@ -35,7 +35,7 @@ import logging
 from ambit.proxy.hbone_server import TunnelResponder
 from ambit.tls.clienthello import HELLO_LIMIT
 from ambit.waypoint.context import Tunnel, WaypointContext
-from ambit.waypoint.destinations import PLAIN, Refusal, ServiceTarget
+from ambit.waypoint.destinations import PLAIN, Refusal, ServiceTarget, in_dialled_family
 from ambit.waypoint.dynamic_hosts import plan_server_name
 from ambit.waypoint.errors import HelloRefusedError
 from ambit.waypoint.ingress_connections import read_hello
@@ -72,4 +72,4 @@ async def serve_by_server_name(ctx: WaypointContext, tunnel: Tunnel, responder: 
         log.info("tls %s from %s: %s; closed", tunnel.authority, tunnel.peer_addr, refusal.reason if refusal else "")
         await relay_to(ctx, tunnel, None, stream)
         return
-    await relay_to(ctx, tunnel, found, stream, prefix, backend)  # rule 3
+    await relay_to(ctx, tunnel, in_dialled_family(found, target), stream, prefix, backend)  # rule 3

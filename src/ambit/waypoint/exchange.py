@@ -282,7 +282,7 @@ async def serve_request(
                 await respond(down, found.status, (), b"", outcome, flags="NR", edits=filter_ops)
                 outcome.error = found.reason
                 return keep
-            endpoint = found
+            endpoint = in_dialled_family(found, target)
             if endpoint is not None:
                 transport = endpoint.transport  # its SNI is the name: a retry keeps it
                 plan = dataclasses.replace(plan, transport=transport)

@@ -4,7 +4,8 @@ Theory of operation: for each ``(backend, request)`` of :attr:`~ambit.waypoint.d
 :func:`start_mirrors` starts a task that sends the copy to one endpoint of the mirror backend over the same kind
 of kept HTTP/1.1 connection as the real request, reads the whole answer and drops it. As Envoy's shadowing does,
 the copy's authority gets a ``-shadow`` suffix, and nothing about the mirror (not even its failure) reaches the
-client: it is logged at debug level only.
+client: it is logged at debug level only. A hostname endpoint (a DNS ServiceEntry's) is resolved in the IP version
+of the address the client called, as the request's own endpoint is.
 
 Rules: only requests without a body are mirrored (a body would have to be held for the copy: TODO); at most
 :data:`MAX_MIRRORS_IN_FLIGHT` copies run at once per waypoint, more are skipped; each copy is bounded by the
@@ -21,7 +22,14 @@ from ambit.errors import AmbitError
 from ambit.model.routes import BackendService
 from ambit.waypoint.context import Tunnel, WaypointContext
 from ambit.waypoint.decisions import RequestHead
-from ambit.waypoint.destinations import PLAIN, Refusal, find_backend_service, pick_endpoint
+from ambit.waypoint.destinations import (
+    PLAIN,
+    Refusal,
+    ServiceTarget,
+    find_backend_service,
+    in_dialled_family,
+    pick_endpoint,
+)
 from ambit.waypoint.http1 import MessageEnded, Signal
 
 log = logging.getLogger("ambit.waypoint.mirror")
@@ -68,6 +76,8 @@ async def _mirror(ctx: WaypointContext, tunnel: Tunnel, backend: BackendService,
     endpoint = pick_endpoint(ctx.state, service, backend.port, ctx.choose, only=planned.members) if service else None
     if endpoint is not None and planned.transport != PLAIN:  # a DestinationRule's TLS or PROXY header (HTTP/1.1)
         endpoint = dataclasses.replace(endpoint, transport=dataclasses.replace(planned.transport, h2=False))
+    if isinstance(tunnel.target, ServiceTarget):  # a hostname endpoint: in the family the client dialled
+        endpoint = in_dialled_family(endpoint, tunnel.target)
     if endpoint is None:
         log.debug("mirror to %s: no endpoint", backend.service_key)
         return
