@@ -44,7 +44,6 @@ from tests.integration.waypoint_rig import (
     WAYPOINT_ID,
     HttpOverTunnel,
     echo_of,
-    free_port,
     shared_free_port,
     waypoint_settings,
 )
