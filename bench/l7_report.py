@@ -19,12 +19,11 @@ Rules:
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bench.report import rows_as_json_lines
+from bench.report import group_samples, number, ratio, rows_as_json_lines, times
 
 DIRECT, L4, WAYPOINT, HAPROXY_HTTP = "direct", "l4", "waypoint", "haproxy-http"
 GATEWAY, HAPROXY_INGRESS = "gateway", "haproxy-ingress"
@@ -69,18 +68,9 @@ class Row:
     added_over_direct: float | None
 
 
-def _ratio(value: float, reference: float | None) -> float | None:
-    if reference is None or reference <= 0 or value < 0:
-        return None
-    return value / reference
-
-
 def aggregate(samples: Iterable[Sample]) -> list[Row]:
     """Rules 1 and 2."""
-    groups: dict[tuple[str, str, str], list[Sample]] = {}
-    for s in samples:
-        groups.setdefault((s.scenario, s.metric, s.mode), []).append(s)
-    medians = {key: statistics.median(s.value for s in group) for key, group in groups.items()}
+    groups, medians = group_samples(samples)
     rows = []
     for (scenario, metric, mode), group in groups.items():
         value = medians[(scenario, metric, mode)]
@@ -98,8 +88,8 @@ def aggregate(samples: Iterable[Sample]) -> list[Row]:
                 max(values),
                 unit,
                 tuple(values),
-                _ratio(value, direct) if mode != DIRECT else None,
-                _ratio(value, medians.get((scenario, metric, peer))) if peer and mode != peer else None,
+                ratio(value, direct) if mode != DIRECT else None,
+                ratio(value, medians.get((scenario, metric, peer))) if peer and mode != peer else None,
                 peer,
                 value - direct if unit == "µs" and direct is not None and mode != DIRECT else None,
             )
@@ -161,25 +151,6 @@ def _us(value: float | None) -> str:
     return f"{value:+,.0f} µs" if value is not None else "n/a"
 
 
-def number(value: float | None) -> str:
-    if value is None:
-        return ""
-    magnitude = abs(value)
-    if magnitude >= 1000:
-        return f"{value:,.0f}"
-    if magnitude >= 100:
-        return f"{value:.0f}"
-    if magnitude >= 10:
-        return f"{value:.1f}"
-    if magnitude >= 1 or magnitude == 0:
-        return f"{value:.2f}"
-    return f"{value:.3f}"
-
-
-def _times(value: float | None) -> str:
-    return f"{value:.2f}×" if value is not None else ""
-
-
 def markdown(rows: Sequence[Row], env: dict[str, Any], profile: str, notes: Sequence[str]) -> str:
     load = f"load average {env['loadavg']:.2f} at start"
     if "loadavg_end" in env:
@@ -201,7 +172,7 @@ def markdown(rows: Sequence[Row], env: dict[str, Any], profile: str, notes: Sequ
         for r in (r for r in rows if r.scenario == scenario):
             lines.append(
                 f"| {r.metric} | {r.mode} | {number(r.value)} | {number(r.min)}–{number(r.max)} | {r.unit} | "
-                f"{_times(r.x_direct)} | {number(r.added_over_direct)} | {_times(r.x_peer)} |"
+                f"{times(r.x_direct)} | {number(r.added_over_direct)} | {times(r.x_peer)} |"
             )
     if notes:
         lines.append("")

@@ -15,10 +15,10 @@ import ssl
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 
 def environment() -> dict[str, Any]:
@@ -97,10 +97,10 @@ class Report:
             "| --- | --- | ---: | --- | ---: | ---: |",
         ]
         for m in self.measurements:
-            reference = f"{_number(m.reference)} ({m.reference_name})" if m.reference is not None else ""
+            reference = f"{number(m.reference)} ({m.reference_name})" if m.reference is not None else ""
             ratio = f"{m.ratio:.2f}x" if m.ratio is not None else ""
             metric = f"{m.metric} ({m.note})" if m.note else m.metric
-            lines.append(f"| {m.scenario} | {metric} | {_number(m.value)} | {m.unit} | {reference} | {ratio} |")
+            lines.append(f"| {m.scenario} | {metric} | {number(m.value)} | {m.unit} | {reference} | {ratio} |")
         if self.notes:
             lines.append("")
             lines.extend(f"- {note}" for note in self.notes)
@@ -142,7 +142,8 @@ def median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-def _number(value: float | None) -> str:
+def number(value: float | None) -> str:
+    """A table cell: thousands grouped, three significant figures or so below that; blank for None."""
     if value is None:
         return ""
     if math.isnan(value):
@@ -154,9 +155,44 @@ def _number(value: float | None) -> str:
         return f"{value:.0f}"
     if magnitude >= 10:
         return f"{value:.1f}"
-    if magnitude >= 1:
+    if magnitude >= 1 or magnitude == 0:
         return f"{value:.2f}"
     return f"{value:.3g}"
+
+
+def times(value: float | None) -> str:
+    """A ratio cell (``1.25×``); blank for None."""  # noqa: RUF002
+    return f"{value:.2f}×" if value is not None else ""  # noqa: RUF001
+
+
+def ratio(value: float, reference: float | None) -> float | None:
+    """``value`` over ``reference`` of the same run; None when there is no reference, it is zero, or ``value`` is
+    negative (a figure that was not taken)."""
+    if reference is None or reference <= 0 or value < 0:
+        return None
+    return value / reference
+
+
+class Keyed(Protocol):
+    scenario: str
+    metric: str
+    mode: str
+    value: float
+
+
+S = TypeVar("S", bound=Keyed)
+GroupKey = tuple[str, str, str]
+"""(scenario, metric, mode)."""
+
+
+def group_samples(samples: Iterable[S]) -> tuple[dict[GroupKey, list[S]], dict[GroupKey, float]]:
+    """The repeats of each (scenario, metric, mode) in the order first seen, and each group's median: the lab
+    benchmarks' rows (bench.mesh, bench.l7) are built from these, with ratios to other modes' medians."""
+    groups: dict[GroupKey, list[S]] = {}
+    for s in samples:
+        groups.setdefault((s.scenario, s.metric, s.mode), []).append(s)
+    medians = {key: statistics.median(s.value for s in group) for key, group in groups.items()}
+    return groups, medians
 
 
 def rows_as_json_lines(rows: Sequence[Any], env: dict[str, Any], profile: str) -> str:

@@ -15,7 +15,8 @@ import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from bench.mesh.results import Row, number
+from bench.mesh.results import Row
+from bench.report import number
 
 _FONT = {  # 3 columns × 5 rows, rows top to bottom, bit 2 = left column
     "A": "25755", "B": "65656", "C": "74447", "D": "65556", "E": "74647", "F": "74644", "G": "74557",

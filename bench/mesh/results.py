@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.mesh.profile import DIRECT, MODES, STUNNEL
-from bench.report import rows_as_json_lines
+from bench.report import group_samples, number, ratio, rows_as_json_lines, times
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,17 +49,8 @@ class Row:
     cpu_unit: str
 
 
-def _ratio(value: float, reference: float | None) -> float | None:
-    if reference is None or reference <= 0 or value < 0:
-        return None
-    return value / reference
-
-
 def aggregate(samples: Iterable[Sample]) -> list[Row]:
-    groups: dict[tuple[str, str, str], list[Sample]] = {}
-    for s in samples:
-        groups.setdefault((s.scenario, s.metric, s.mode), []).append(s)
-    medians = {key: statistics.median(s.value for s in group) for key, group in groups.items()}
+    groups, medians = group_samples(samples)
     rows = []
     for (scenario, metric, mode), group in groups.items():
         value = medians[(scenario, metric, mode)]
@@ -78,8 +69,8 @@ def aggregate(samples: Iterable[Sample]) -> list[Row]:
                 max(values),
                 unit,
                 tuple(values),
-                _ratio(value, direct),
-                _ratio(value, stunnel),
+                ratio(value, direct),
+                ratio(value, stunnel),
                 value - direct if unit == "µs" and direct is not None else None,
                 statistics.median(cpus) if cpus else None,
                 group[0].cpu_unit,
@@ -90,23 +81,6 @@ def aggregate(samples: Iterable[Sample]) -> list[Row]:
     metrics = list(dict.fromkeys(r.metric for r in rows))
     rows.sort(key=lambda r: (scenarios.index(r.scenario), metrics.index(r.metric), order.get(r.mode, 99)))
     return rows
-
-
-def number(value: float | None) -> str:
-    if value is None:
-        return ""
-    magnitude = abs(value)
-    if magnitude >= 1000:
-        return f"{value:,.0f}"
-    if magnitude >= 100:
-        return f"{value:.0f}"
-    if magnitude >= 10:
-        return f"{value:.1f}"
-    return f"{value:.2f}"
-
-
-def _times(value: float | None) -> str:
-    return f"{value:.2f}×" if value is not None else ""
 
 
 def markdown(rows: Sequence[Row], env: dict[str, Any], profile: str, notes: Sequence[str]) -> str:
@@ -129,7 +103,7 @@ def markdown(rows: Sequence[Row], env: dict[str, Any], profile: str, notes: Sequ
             cpu = f"{number(r.cpu)} {r.cpu_unit}" if r.cpu is not None else ""
             lines.append(
                 f"| {r.metric} | {r.mode} | {number(r.value)} | {number(r.min)}–{number(r.max)} | {r.unit} | "
-                f"{_times(r.x_direct)} | {number(r.added_over_direct)} | {_times(r.x_stunnel)} | {cpu} |"
+                f"{times(r.x_direct)} | {number(r.added_over_direct)} | {times(r.x_stunnel)} | {cpu} |"
             )
     if notes:
         lines.append("")
