@@ -148,16 +148,29 @@ class SoakClients:
         return self.records()
 
 
-def wait_gone(lab: Lab, old: list[OldProxy], timeout: float) -> None:
-    def gone() -> bool:
-        present = {p["metadata"]["uid"] for p in lab.pods(SYSTEM, NODE_PROXY)}
-        now = time.time()
-        for proxy in old:
-            if proxy.uid not in present and not proxy.gone:
-                proxy.gone = now
-        return all(o.gone for o in old)
+def note_gone(lab: Lab, old: list[OldProxy]) -> bool:
+    """Note the time each old proxy pod is first seen gone from the API; whether all are."""
+    present = {p["metadata"]["uid"] for p in lab.pods(SYSTEM, NODE_PROXY)}
+    now = time.time()
+    for proxy in old:
+        if proxy.uid not in present and not proxy.gone:
+            proxy.gone = now
+    return all(o.gone for o in old)
 
-    wait_until("every old node proxy pod gone", gone, timeout, interval=0.2)
+
+def watch_gone(lab: Lab, rollouts: list[Rollout], until: float) -> None:
+    """Sleep until ``until``, noting meanwhile when the old pods of the rollouts so far go: a rollout is over once
+    its new pods are ready and its old ones terminating, and a kubelet may take a moment after that to reap one,
+    so "gone" must be watched between the rollouts too, not only after the soak (it then read as hours late)."""
+    old = [o for r in rollouts for o in r.old]
+    while (left := until - time.time()) > 0:
+        if old and not all(o.gone for o in old):
+            note_gone(lab, old)
+        time.sleep(min(0.5, max(left, 0.0)))
+
+
+def wait_gone(lab: Lab, old: list[OldProxy], timeout: float) -> None:
+    wait_until("every old node proxy pod gone", lambda: note_gone(lab, old), timeout, interval=0.2)
 
 
 @pytest.mark.parametrize(
@@ -193,10 +206,10 @@ def test_long_streams_through_repeated_rollouts_lose_no_byte_and_no_new_connecti
             at = began + (turn + 1) * seconds / (ROLLOUTS + 1)
             if rollouts:
                 at = max(at, rollouts[-1].completed + SETTLE)
-            time.sleep(max(0.0, at - time.time()))
+            watch_gone(lab, rollouts, at)
             assert clients.running(), "a soak client exited"
             rollouts.append(roll_node_proxies(lab))
-        time.sleep(max(SETTLE, began + seconds - time.time()))
+        watch_gone(lab, rollouts, time.time() + max(SETTLE, began + seconds - time.time()))
         stopped = time.time()
     finally:
         records = clients.stop()
