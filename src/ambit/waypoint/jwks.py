@@ -33,13 +33,14 @@ import contextlib
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import aiohttp
-
-from ambit.httpfetch import HttpFetchError, fetch_body
 from ambit.model.requestauth import MAX_JWKS_BYTES, RequestAuthentication, jwks_uri_problem
 from ambit.requestauth import JsonWebKeySet, JwksRejected, KeySets, parse_jwks
 from ambit.waypoint.errors import WaypointError
+
+if TYPE_CHECKING:  # aiohttp is imported by the first fetch: a waypoint with no jwksUri never loads it (~20 MiB)
+    import aiohttp
 
 __all__ = ["JwksFetchError", "JwksManager", "JwksSettings", "fetch_jwks"]
 
@@ -74,6 +75,8 @@ async def fetch_jwks(
 ) -> JsonWebKeySet:
     """Fetch and parse one key set (rules 1 and 2); raises :class:`JwksFetchError` with a one-line reason."""
     check_uri(uri)
+    from ambit.httpfetch import HttpFetchError, fetch_body
+
     try:
         body = await fetch_body(session, uri, within=limit_seconds, max_bytes=max_bytes)
     except HttpFetchError as exc:
@@ -169,6 +172,8 @@ class JwksManager:
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None:
+            import aiohttp
+
             # No cookies kept between fetches, no proxy from the environment.
             self._session = aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar(), trust_env=False)
         return self._session

@@ -2,7 +2,7 @@
 
 Istio's waypoint decides by the destination port's declared protocol and sniffs only when none is declared. The
 control plane derives the declaration (``Port.app_protocol`` in the workload state, spec §4.1) with
-:mod:`ambit.controlplane.translate.protocols`; :func:`protocol_for` reads a Kubernetes port with those same rules,
+:mod:`ambit.model.port_protocols`; :func:`protocol_for` reads a Kubernetes port with those same rules,
 and :func:`declared_protocol` maps the workload state's value.
 
 Rules:
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import enum
 
-from ambit.controlplane.translate.protocols import kube_port_app_protocol
+from ambit.model.port_protocols import kube_port_app_protocol
 from ambit.model.workload import AppProtocol
 
 __all__ = [
@@ -75,7 +75,7 @@ def declared_protocol(app_protocol: AppProtocol) -> Protocol | None:
 
 def protocol_for(port_name: str, app_protocol: str | None, port: int = 0) -> Protocol | None:
     """The protocol a Kubernetes Service port declares by its ``appProtocol`` or its name's prefix (istiod's rules,
-    see :mod:`ambit.controlplane.translate.protocols`); None: sniff."""
+    see :mod:`ambit.model.port_protocols`); None: sniff."""
     entry: dict[str, str] = {"name": port_name}
     if app_protocol is not None:
         entry["appProtocol"] = app_protocol

@@ -17,7 +17,7 @@ Rules:
    host, the addresses the control plane allocated to it and keeps in its ``status.addresses``
    (:mod:`~ambit.controlplane.translate.autoallocate`), as istiod does.
 3. Ports are ``spec.ports``: ``number`` to ``targetPort``, 0 when unset (each endpoint says its own number); the
-   port's ``protocol`` gives its ``app_protocol`` (:mod:`ambit.controlplane.translate.protocols`).
+   port's ``protocol`` gives its ``app_protocol`` (:mod:`ambit.model.port_protocols`).
    A repeated or invalid number is left out.
 4. With ``spec.workloadSelector``, the entry selects pods and WorkloadEntries of its namespace
    (:mod:`ambit.controlplane.translate.index`) and its ``spec.endpoints`` are ignored (reported).
@@ -59,7 +59,6 @@ from ambit.controlplane.translate.index import (
 )
 from ambit.controlplane.translate.meshconfig import DEFAULT_MESH_CONFIG, MeshConfig
 from ambit.controlplane.translate.nodes import split_locality
-from ambit.controlplane.translate.protocols import protocol_app_protocol
 from ambit.controlplane.translate.services import port_number, service_key
 from ambit.controlplane.translate.skips import SERVICE_ENTRY, Skipped, skipped
 from ambit.controlplane.translate.visibility import entry_visibility, export_visibility
@@ -70,6 +69,7 @@ from ambit.controlplane.translate.workloadentries import (
     string_map,
 )
 from ambit.model.dnsname import check_dns_name
+from ambit.model.port_protocols import protocol_app_protocol
 from ambit.model.workload import (
     AddressError,
     GatewayAddress,

@@ -16,7 +16,7 @@ Rules:
 7. ``ip_families`` follows ``spec.ipFamilies``: two families are DUAL, one IPv4 or IPv6 is IPV4_ONLY or IPV6_ONLY,
    none (or anything else) AUTOMATIC.
 8. Each port's ``app_protocol`` comes from its ``appProtocol``, name and number
-   (:mod:`ambit.controlplane.translate.protocols`).
+   (:mod:`ambit.model.port_protocols`).
 9. The ``networking.istio.io/exportTo`` annotation (without one, the mesh config's ``defaultServiceExportTo``)
    gives the visibility (:mod:`ambit.controlplane.translate.visibility`); a namespace-visible Service stays
    canonical.
@@ -27,9 +27,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ambit.controlplane.translate.protocols import kube_port_app_protocol
 from ambit.controlplane.translate.skips import SERVICE, Skipped, skipped
 from ambit.controlplane.translate.visibility import EXPORT_TO_ANNOTATION, export_visibility
+from ambit.model.port_protocols import kube_port_app_protocol
 from ambit.model.workload import (
     AddressError,
     IPAddress,
