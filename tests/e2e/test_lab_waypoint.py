@@ -832,12 +832,16 @@ def test_destination_rule_tls_proxy_and_h2_upgrade_at_the_waypoint_with_live_tra
       a ``tcp`` port to the same listener (the TCP path: no ``x-request-id``) both reach it behind a PROXY line
       naming the client pod's address and the endpoint's; without the rule there is no PROXY line;
     - "H2" (``h2UpgradePolicy: UPGRADE``): HTTP/1.1 from the client reaches the ``http`` port as HTTP/2;
+    - "port level TLS" (``portLevelSettings`` of port 443: ``SIMPLE``): as "TLS", from the port's own settings;
+    - "ISTIO_MUTUAL" alone: HBONE as before (the ``https`` port is plain again: the rule is in force), 200 over
+      HTTP/1.1;
+    - "Subset policy" (a VirtualService routing to subset ``v1``, whose own traffic policy upgrades to HTTP/2):
+      the backend sees HTTP/2; with the VirtualService gone the subset's policy no longer applies (HTTP/1.1);
     - "ISTIO_MUTUAL and PROXY": HBONE as before, and the PROXY line again.
 
-    What differs: upstream checks only that each call succeeds (and the protocol for H2), from every source app;
-    here one captured client, and the backend reports what arrived. The backend's PROXY listener is a small
-    server in this module (the lab's apps have none); "Subset policy", "port level TLS" and "ISTIO_MUTUAL" alone
-    are in tests/integration/test_waypoint_destination_rules.py."""
+    What differs: upstream checks only that each call succeeds (and the protocol for H2 and the subset), from
+    every source app; here one captured client, and the backend reports what arrived. The backend's PROXY listener
+    is a small server in this module (the lab's apps have none)."""
     host = f"dr-echo.{NS}.svc.cluster.local"
     echo = {
         "name": "echo",
@@ -864,7 +868,9 @@ def test_destination_rule_tls_proxy_and_h2_upgrade_at_the_waypoint_with_live_tra
         "metadata": {"name": "dr-echo"},
         "spec": {"selector": {"app": "dr-echo"}, "ports": ports},
     }
-    lab.apply(pod_manifest("dr-echo", [echo, proxy_echo]), svc, namespace=NS)
+    lab.apply(
+        pod_manifest("dr-echo", [echo, proxy_echo], labels={"app": "dr-echo", "version": "v1"}), svc, namespace=NS
+    )
 
     def get(port: int) -> dict[str, Any]:
         (row,) = probe(lab, {"scheme": "http", "host": host, "port": port, "path": f"/dr/{port}"})
@@ -910,10 +916,50 @@ def test_destination_rule_tls_proxy_and_h2_upgrade_at_the_waypoint_with_live_tra
         without = get(9082)  # the PROXY rule is gone (a TCP port: no HTTP/2 to the HTTP/1.1-only listener)
         assert without["status"] == 200 and without["proxy"] == [], without
 
+        rule({"portLevelSettings": [{"port": {"number": 443}, "tls": {"mode": "SIMPLE", "insecureSkipVerify": True}}]})
+        port_tls = wait_until("port level TLS", lambda: answer(443, lambda r: r["status"] == 200), 60, 1.0)
+        assert port_tls["tls"] and port_tls["pod"] == "dr-echo", port_tls
+        assert get(80)["proto"] == "HTTP/1.1"  # the H2 rule is gone
+
+        rule({"tls": {"mode": "ISTIO_MUTUAL"}})
+        wait_until("the port level TLS rule replaced", lambda: get(443)["status"] == 0, 60, 1.0)
+        mutual = get(80)
+        assert mutual["status"] == 200 and mutual["proto"] == "HTTP/1.1" and mutual["request_id"], mutual
+
+        lab.kubectl("delete", "destinationrule", "dr-echo", "-n", NS, "--ignore-not-found")
+        subsets = {
+            "apiVersion": "networking.istio.io/v1",
+            "kind": "DestinationRule",
+            "metadata": {"name": "dr-echo"},
+            "spec": {
+                "host": "dr-echo",
+                "subsets": [
+                    {
+                        "name": "v1",
+                        "labels": {"version": "v1"},
+                        "trafficPolicy": {"connectionPool": {"http": {"h2UpgradePolicy": "UPGRADE"}}},
+                    }
+                ],
+            },
+        }
+        route = {
+            "apiVersion": "networking.istio.io/v1",
+            "kind": "VirtualService",
+            "metadata": {"name": "dr-echo-route"},
+            "spec": {"hosts": ["dr-echo"], "http": [{"route": [{"destination": {"host": "dr-echo", "subset": "v1"}}]}]},
+        }
+        lab.apply(subsets, route, namespace=NS)
+        subset = wait_until("the subset's HTTP/2", lambda: answer(80, lambda r: r["proto"] == "HTTP/2.0"), 60, 1.0)
+        assert subset["status"] == 200 and subset["request_id"], subset
+        lab.kubectl("delete", "virtualservice", "dr-echo-route", "-n", NS)
+        unrouted = wait_until("no subset, no upgrade", lambda: answer(80, lambda r: r["proto"] == "HTTP/1.1"), 60, 1.0)
+        assert unrouted["status"] == 200, unrouted
+
         rule({"tls": {"mode": "ISTIO_MUTUAL"}, "proxyProtocol": {"version": "V1"}})
         again = wait_until("ISTIO_MUTUAL and PROXY", lambda: answer(81, proxied), 60, 1.0)
         assert again["request_id"], again
     finally:
+        lab.kubectl("delete", "virtualservice", "dr-echo-route", "-n", NS, "--ignore-not-found")
         lab.kubectl("delete", "destinationrule", "dr-echo", "-n", NS, "--ignore-not-found")
         lab.kubectl("delete", "service", "dr-echo", "-n", NS, "--ignore-not-found")
         lab.kubectl("delete", "pod", "dr-echo", "-n", NS, "--ignore-not-found", "--wait=false")
