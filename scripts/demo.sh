@@ -56,9 +56,11 @@ step "kubectl get pods,services,endpointslices -n apps -o wide"
 kubectl get pods,services,endpointslices -n apps -o wide
 
 step "client pod → http://http-echo/ (cluster DNS) → Service VIP $http_vip (nftables DNAT in the node, kube-proxy's job)"
-sleep 2
+# The client calls once a second from its start, which may come before the echo pods were Ready (a refused call
+# then, as kube-proxy rejects a Service without ready endpoints): show the calls made since they were.
+sleep 4
 "$AMBIT" lab logs --dir "$DIR" -n apps client > "$DIR/client.log" || true
-tail -n 4 "$DIR/client.log"
+tail -n 3 "$DIR/client.log"
 
 client_node=$(kubectl get pod client -n apps -o jsonpath='{.spec.nodeName}')
 client_ip=$(kubectl get pod client -n apps -o jsonpath='{.status.podIP}')
