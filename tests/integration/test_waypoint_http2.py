@@ -712,3 +712,26 @@ async def test_garbage_on_a_grpc_port_is_refused_and_never_relayed(rig: Rig, gar
     assert answer.startswith(b"HTTP/1.1 400"), answer
     assert [e.tunnels for e in rig.endpoints] == [0, 0]
     await client.aclose()
+
+
+async def test_a_request_over_http2_is_mirrored_as_one_over_http11_is(rig: Rig) -> None:
+    """A RequestMirror applies whatever version the client spoke (Envoy's shadowing is per route, not per codec):
+    the client sees one answer, the mirror backend gets the copy with the ``-shadow`` authority."""
+
+    def router(table: RouteTable | None, destination: BackendService, request: RequestHead, r: float) -> Decision:
+        return Forward(destination, request, mirrors=((destination, request),))
+
+    rig.waypoint.context.router = router
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    h2c = H2OverTunnel(stream)
+    sid = _echo_request(h2c)
+    await h2c.flush()
+    await h2c.until(lambda: h2c.finished(sid))
+    headers, body, _ = h2c.answer(sid)
+    assert headers[":status"] == "200" and echo_of(body)["host"] == "echo.app.svc.cluster.local"
+    async with asyncio.timeout(10):
+        while not any(h.endswith("-shadow") for e in rig.endpoints for h in e.hosts):  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+    shadows = [h for e in rig.endpoints for h in e.hosts if h.endswith("-shadow")]
+    assert shadows == ["echo.app.svc.cluster.local-shadow"]
+    await client.aclose()

@@ -136,11 +136,9 @@ async def serve_request(
     down: RequestSide,
     started: RequestStarted,
     outcome: Outcome,
-    *,
-    mirrors: bool = True,
 ) -> bool:
-    """One request (rules 1-3); True when the connection may carry another. ``mirrors``: copy the request to
-    the route's mirror backends (HTTP/1.1 copies only)."""
+    """One request (rules 1-3); True when the connection may carry another. A request without a body is copied
+    to the route's mirror backends (over HTTP/1.1), whichever version the client spoke."""
     target = tunnel.target
     config = ctx.routes.current
     key = service_key_of(tunnel)
@@ -210,8 +208,7 @@ async def serve_request(
                 route=decision.response_headers,
             )
             return keep
-        if mirrors:
-            start_mirrors(ctx, tunnel, decision.mirrors, started.has_body)
+        start_mirrors(ctx, tunnel, decision.mirrors, started.has_body)
         service = find_backend_service(ctx.state, decision.backend)
         outcome.service = service
         port = decision.backend.port

@@ -281,7 +281,7 @@ async def _serve_stream(
     side = Http2RequestSide(session, channel, grpc=grpc)
     try:
         started = RequestStarted(head, "2", upgrade=False, has_body=not channel.ended_without_body)
-        await serve_request(ctx, tunnel, side, started, outcome, mirrors=False)
+        await serve_request(ctx, tunnel, side, started, outcome)
     except HttpProtocolError as exc:
         outcome.error, outcome.status = exc.reason, exc.status
         if not side.response_started:
