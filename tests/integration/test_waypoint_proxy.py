@@ -39,6 +39,7 @@ from ambit.identity.localca import LocalCa
 from ambit.model.routes import BackendService, RouteTable, Timeouts, WaypointConfig, WeightedBackend
 from ambit.proxy.hbone_client import HboneConnectError, TunnelRefusedError
 from ambit.waypoint.decisions import Decision, Forward, RequestHead, Respond
+from ambit.waypoint.mirror import MAX_MIRROR_BODY
 from ambit.waypoint.process import Waypoint
 from ambit.waypoint.settings import WaypointLimits
 
@@ -342,6 +343,35 @@ async def test_a_mirrored_request_reaches_the_mirror_backend_and_the_client_sees
             await asyncio.sleep(0.01)
     shadows = [h for e in rig.endpoints for h in e.hosts if h.endswith("-shadow")]
     assert shadows == ["echo.app.svc.cluster.local-shadow"]
+    await client.aclose()
+
+
+async def test_a_request_with_a_body_is_mirrored_whole_and_a_body_over_the_bound_is_not(rig: Rig) -> None:
+    """Mirror rule 1: the copy carries the whole body (content-length and chunked alike) once the real request's
+    has passed; a body over MAX_MIRROR_BODY goes to the real backend only."""
+
+    def router(table: RouteTable | None, destination: BackendService, request: RequestHead, r: float) -> Decision:
+        return Forward(destination, request, mirrors=((destination, request),))
+
+    rig.waypoint.context.router = router
+    small, large = os.urandom(70_000), os.urandom(MAX_MIRROR_BODY + 1)
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    http = HttpOverTunnel(stream)
+    for body, chunked in ((small, False), (small, True)):
+        headers = [("transfer-encoding", "chunked")] if chunked else None
+        status, _, answer = await http.request("POST", "/echo", body=body, headers=headers)
+        assert status == 200 and echo_of(answer)["sha256"] == hashlib.sha256(body).hexdigest()
+    digest = hashlib.sha256(small).hexdigest()
+    async with asyncio.timeout(10):
+        while len([h for e in rig.endpoints for h, _ in e.bodies if h.endswith("-shadow")]) < 2:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+    copies = [(h, d) for e in rig.endpoints for h, d in e.bodies if h.endswith("-shadow")]
+    assert copies == [("echo.app.svc.cluster.local-shadow", digest)] * 2
+    posts = sum(e.seen.count("POST /echo") for e in rig.endpoints)
+    status, _, _ = await http.request("POST", "/echo", body=large)
+    assert status == 413  # the echo server's own bound (aiohttp's 1 MiB): the real request reached it
+    await asyncio.sleep(0.5)  # a copy, had one gone out, would be there by now
+    assert sum(e.seen.count("POST /echo") for e in rig.endpoints) == posts + 1
     await client.aclose()
 
 

@@ -200,6 +200,8 @@ class Endpoint:
     authorities: list[str] = field(default_factory=list)
     hosts: list[str] = field(default_factory=list)
     """The Host of every request served."""
+    bodies: list[tuple[str, str]] = field(default_factory=list)
+    """The Host and the body's SHA-256 of every request ``/echo`` served."""
     seen: list[str] = field(default_factory=list)
     """``METHOD /path`` of every request that reached the HTTP server, in order."""
     fail_status: int | None = None
@@ -244,6 +246,7 @@ class Endpoint:
     async def _echo(self, request: web.Request) -> web.Response:
         body = await request.read()
         self.hosts.append(request.headers.get("host", ""))
+        self.bodies.append((request.headers.get("host", ""), hashlib.sha256(body).hexdigest()))
         if self.fail_status is not None:
             return web.Response(status=self.fail_status, text=f"{self.name} fails")
         if request.query.get("raw") == "tcp":
@@ -464,7 +467,7 @@ class HttpOverTunnel:
         self, method: str, path: str, body: bytes = b"", headers: list[tuple[str, str]] | None = None
     ) -> tuple[int, dict[str, str], bytes]:
         fields = [("host", self.host), *(headers or [])]
-        if body:
+        if body and not any(name.lower() == "transfer-encoding" for name, _ in fields):
             fields.append(("content-length", str(len(body))))
         data = self.h11.send(h11.Request(method=method, target=path, headers=fields)) or b""
         if body:

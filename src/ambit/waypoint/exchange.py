@@ -137,8 +137,8 @@ async def serve_request(
     started: RequestStarted,
     outcome: Outcome,
 ) -> bool:
-    """One request (rules 1-3); True when the connection may carry another. A request without a body is copied
-    to the route's mirror backends (over HTTP/1.1), whichever version the client spoke."""
+    """One request (rules 1-3); True when the connection may carry another. The request is copied to the
+    route's mirror backends (over HTTP/1.1, :mod:`ambit.waypoint.mirror`), whichever version the client spoke."""
     target = tunnel.target
     config = ctx.routes.current
     key = service_key_of(tunnel)
@@ -208,7 +208,7 @@ async def serve_request(
                 route=decision.response_headers,
             )
             return keep
-        start_mirrors(ctx, tunnel, decision.mirrors, started.has_body)
+        down = start_mirrors(ctx, tunnel, decision.mirrors, down, started.has_body)
         service = find_backend_service(ctx.state, decision.backend)
         outcome.service = service
         port = decision.backend.port

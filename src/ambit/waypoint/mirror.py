@@ -1,4 +1,5 @@
-"""Request mirroring (Gateway API ``RequestMirror``): a copy of a request to another backend, its answer dropped.
+"""Request mirroring (Gateway API ``RequestMirror``, VirtualService ``mirror``): a copy of a request to another
+backend, its answer dropped.
 
 Theory of operation: for each ``(backend, request)`` of :attr:`~ambit.waypoint.decisions.Forward.mirrors`,
 :func:`start_mirrors` starts a task that sends the copy to one endpoint of the mirror backend over the same kind
@@ -7,9 +8,16 @@ the copy's authority gets a ``-shadow`` suffix, and nothing about the mirror (no
 client: it is logged at debug level only. A hostname endpoint (a DNS ServiceEntry's) is resolved in the IP version
 of the address the client called, as the request's own endpoint is.
 
-Rules: only requests without a body are mirrored (a body would have to be held for the copy: TODO); at most
-:data:`MAX_MIRRORS_IN_FLIGHT` copies run at once per waypoint, more are skipped; each copy is bounded by the
-waypoint's ``connect_timeout`` plus ``idle_timeout`` per read.
+Rules:
+
+1. A request with a body is read through a :class:`BodyTee` (what :func:`start_mirrors` returns in place of the
+   client's side): the real request's forwarding reads the body as always, and the tee keeps a copy of what passed,
+   at most :data:`MAX_MIRROR_BODY` bytes. Once the body has ended the copies go out, the whole body in one piece
+   with its trailers; a larger body, or one that broke off, is not mirrored (counted nowhere but the debug log),
+   and neither is a body the real request never read within the waypoint's ``idle_timeout``.
+2. A gRPC call is not mirrored: the copies go over HTTP/1.1, which a gRPC server does not take.
+3. At most :data:`MAX_MIRRORS_IN_FLIGHT` copies run at once per waypoint, more are skipped; each copy is bounded by
+   the waypoint's ``connect_timeout`` plus ``idle_timeout`` per read.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from collections.abc import Iterable
 
 from ambit.errors import AmbitError
 from ambit.model.routes import BackendService
@@ -30,34 +39,106 @@ from ambit.waypoint.destinations import (
     in_dialled_family,
     pick_endpoint,
 )
-from ambit.waypoint.http1 import MessageEnded, Signal
+from ambit.waypoint.downstream import RequestSide
+from ambit.waypoint.http1 import BodyData, Event, MessageEnded, Signal
 
 log = logging.getLogger("ambit.waypoint.mirror")
 
 MAX_MIRRORS_IN_FLIGHT = 256
+MAX_MIRROR_BODY = 1024 * 1024
+"""Bytes of a request body kept for its copies (rule 1)."""
+
+Body = tuple[bytes, tuple[tuple[str, str], ...]]
+"""A whole request body and its trailers."""
+
+
+class BodyTee:
+    """The client's side of one request, keeping a copy of the body its forwarding reads (rule 1)."""
+
+    __slots__ = ("_chunks", "_down", "_size", "body")
+
+    def __init__(self, down: RequestSide) -> None:
+        self._down = down
+        self._chunks: list[bytes] = []
+        self._size = 0
+        self.body: asyncio.Future[Body | None] = asyncio.get_running_loop().create_future()
+        """The whole body once it has ended; None when it will not be mirrored."""
+
+    async def next_event(self, *, head: bool = False) -> Event:
+        try:
+            event = await self._down.next_event(head=head)
+        except BaseException:
+            self._give_up()
+            raise
+        if self.body.done():
+            return event
+        if isinstance(event, BodyData):
+            self._size += len(event.data)
+            if self._size > MAX_MIRROR_BODY:
+                self._give_up()
+            else:
+                self._chunks.append(event.data)
+        elif isinstance(event, MessageEnded):
+            self.body.set_result((b"".join(self._chunks), tuple(event.trailers)))
+            self._chunks = []
+        else:
+            self._give_up()
+        return event
+
+    def _give_up(self) -> None:
+        self._chunks = []
+        if not self.body.done():
+            self.body.set_result(None)
+
+    async def continue_if_waited(self) -> None:
+        await self._down.continue_if_waited()
+
+    async def start_response(self, status: int, headers: Iterable[tuple[str, str]], reason: str = "") -> None:
+        await self._down.start_response(status, headers, reason)
+
+    async def send_body(self, data: bytes) -> None:
+        await self._down.send_body(data)
+
+    async def end_response(self, trailers: Iterable[tuple[str, str]] = ()) -> None:
+        await self._down.end_response(trailers)
+
+    async def answer(self, status: int, headers: Iterable[tuple[str, str]], body: bytes) -> None:
+        await self._down.answer(status, headers, body)
+
+    def abort(self) -> None:
+        self._down.abort()
+
+    @property
+    def response_started(self) -> bool:
+        return self._down.response_started
 
 
 def start_mirrors(
-    ctx: WaypointContext, tunnel: Tunnel, mirrors: tuple[tuple[BackendService, RequestHead], ...], has_body: bool
-) -> int:
-    """Start the copies; returns how many were started."""
+    ctx: WaypointContext,
+    tunnel: Tunnel,
+    mirrors: tuple[tuple[BackendService, RequestHead], ...],
+    down: RequestSide,
+    has_body: bool,
+) -> RequestSide:
+    """Start the copies; the client's side to read the request through (a :class:`BodyTee` when the copies wait
+    for its body, rule 1)."""
     if not mirrors:
-        return 0
-    if has_body:
-        log.debug("mirror skipped: the request has a body")
-        return 0
-    started = 0
+        return down
+    if (mirrors[0][1].header("content-type") or "").startswith("application/grpc"):
+        log.debug("mirror skipped: a gRPC call (copies go over HTTP/1.1)")
+        return down
+    tee = BodyTee(down) if has_body else None
+    running = ctx.background
     for backend, request in mirrors:
-        running = ctx.background
         if len(running) >= MAX_MIRRORS_IN_FLIGHT:
             log.debug("mirror skipped: %d copies in flight", len(running))
             break
         shadow = dataclasses.replace(request, authority=_shadow(request.authority))
-        task = asyncio.get_running_loop().create_task(_mirror(ctx, tunnel, backend, shadow))
+        body = tee.body if tee is not None else None
+        task = asyncio.get_running_loop().create_task(_mirror(ctx, tunnel, backend, shadow, body))
         running.add(task)
         task.add_done_callback(running.discard)
-        started += 1
-    return started
+    return tee if tee is not None else down
 
 
 def _shadow(authority: str) -> str:
@@ -67,7 +148,22 @@ def _shadow(authority: str) -> str:
     return f"{authority}-shadow"
 
 
-async def _mirror(ctx: WaypointContext, tunnel: Tunnel, backend: BackendService, request: RequestHead) -> None:
+async def _mirror(
+    ctx: WaypointContext,
+    tunnel: Tunnel,
+    backend: BackendService,
+    request: RequestHead,
+    body_of: asyncio.Future[Body | None] | None,
+) -> None:
+    body: Body | None = None
+    if body_of is not None:
+        try:
+            body = await asyncio.wait_for(asyncio.shield(body_of), ctx.limits.idle_timeout)
+        except TimeoutError:
+            body = None
+        if body is None:
+            log.debug("mirror to %s skipped: the body was not kept", backend.service_key)
+            return
     service = find_backend_service(ctx.state, backend)
     planned = ctx.routes.plan_backend(backend)
     if isinstance(planned, Refusal):
@@ -85,7 +181,12 @@ async def _mirror(ctx: WaypointContext, tunnel: Tunnel, backend: BackendService,
     try:
         up = ctx.upstreams.take_idle(endpoint) or await ctx.upstreams.open_http(endpoint, tunnel.peer_addr)
         async with asyncio.timeout(ctx.limits.idle_timeout):
-            await up.stream.write(up.http.send_request(request) + up.http.end_request())
+            if body is None:
+                await up.stream.write(up.http.send_request(request) + up.http.end_request())
+            else:
+                data, trailers = body
+                head = up.http.send_request(request, body=True)
+                await up.stream.write(head + up.http.send_body(data) + up.http.end_request(trailers))
             while True:
                 event = up.http.next_event()
                 if event is Signal.NEED_DATA:
