@@ -12,9 +12,10 @@ Rules:
 
 1. A request with a body is read through a :class:`BodyTee` (what :func:`start_mirrors` returns in place of the
    client's side): the real request's forwarding reads the body as always, and the tee keeps a copy of what passed,
-   at most :data:`MAX_MIRROR_BODY` bytes. Once the body has ended the copies go out, the whole body in one piece
-   with its trailers; a larger body, or one that broke off, is not mirrored (counted nowhere but the debug log),
-   and neither is a body the real request never read within the waypoint's ``idle_timeout``.
+   at most :data:`MAX_MIRROR_BODY` bytes (and :data:`MAX_MIRROR_BODIES` for all requests at once). Once the body
+   has ended the copies go out, the whole body in one piece with its trailers; a larger body (or one over the
+   process's bound), or one that broke off, is not mirrored (counted nowhere but the debug log), and neither is a
+   body the real request never read within the waypoint's ``idle_timeout``.
 2. A gRPC call is not mirrored: the copies go over HTTP/1.1, which a gRPC server does not take.
 3. At most :data:`MAX_MIRRORS_IN_FLIGHT` copies run at once per waypoint, more are skipped; each copy is bounded by
    the waypoint's ``connect_timeout`` plus ``idle_timeout`` per read.
@@ -47,6 +48,9 @@ log = logging.getLogger("ambit.waypoint.mirror")
 MAX_MIRRORS_IN_FLIGHT = 256
 MAX_MIRROR_BODY = 1024 * 1024
 """Bytes of a request body kept for its copies (rule 1)."""
+MAX_MIRROR_BODIES = 16 * 1024 * 1024
+"""Bytes of bodies kept for copies at once in the process (rule 1): many large mirrored requests at once cost the
+waypoint at most this much, more are forwarded unmirrored."""
 
 Body = tuple[bytes, tuple[tuple[str, str], ...]]
 """A whole request body and its trailers."""
@@ -56,6 +60,9 @@ class BodyTee:
     """The client's side of one request, keeping a copy of the body its forwarding reads (rule 1)."""
 
     __slots__ = ("_chunks", "_down", "_size", "body")
+
+    held = 0
+    """Bytes kept by every tee of the process (bounded by :data:`MAX_MIRROR_BODIES`)."""
 
     def __init__(self, down: RequestSide) -> None:
         self._down = down
@@ -68,25 +75,33 @@ class BodyTee:
         try:
             event = await self._down.next_event(head=head)
         except BaseException:
-            self._give_up()
+            self.give_up()
             raise
         if self.body.done():
             return event
         if isinstance(event, BodyData):
-            self._size += len(event.data)
-            if self._size > MAX_MIRROR_BODY:
-                self._give_up()
+            size = len(event.data)
+            if self._size + size > MAX_MIRROR_BODY or BodyTee.held + size > MAX_MIRROR_BODIES:
+                self.give_up()
             else:
+                self._size += size
+                BodyTee.held += size
                 self._chunks.append(event.data)
         elif isinstance(event, MessageEnded):
             self.body.set_result((b"".join(self._chunks), tuple(event.trailers)))
-            self._chunks = []
+            self._release()
         else:
-            self._give_up()
+            self.give_up()
         return event
 
-    def _give_up(self) -> None:
+    def _release(self) -> None:
+        BodyTee.held -= self._size
+        self._size = 0
         self._chunks = []
+
+    def give_up(self) -> None:
+        """Keep nothing more: the body will not be mirrored."""
+        self._release()
         if not self.body.done():
             self.body.set_result(None)
 
@@ -127,15 +142,17 @@ def start_mirrors(
     if (mirrors[0][1].header("content-type") or "").startswith("application/grpc"):
         log.debug("mirror skipped: a gRPC call (copies go over HTTP/1.1)")
         return down
-    tee = BodyTee(down) if has_body else None
     running = ctx.background
+    if len(running) >= MAX_MIRRORS_IN_FLIGHT:
+        log.debug("mirror skipped: %d copies in flight", len(running))
+        return down
+    tee = BodyTee(down) if has_body else None
     for backend, request in mirrors:
         if len(running) >= MAX_MIRRORS_IN_FLIGHT:
             log.debug("mirror skipped: %d copies in flight", len(running))
             break
         shadow = dataclasses.replace(request, authority=_shadow(request.authority))
-        body = tee.body if tee is not None else None
-        task = asyncio.get_running_loop().create_task(_mirror(ctx, tunnel, backend, shadow, body))
+        task = asyncio.get_running_loop().create_task(_mirror(ctx, tunnel, backend, shadow, tee))
         running.add(task)
         task.add_done_callback(running.discard)
     return tee if tee is not None else down
@@ -153,14 +170,14 @@ async def _mirror(
     tunnel: Tunnel,
     backend: BackendService,
     request: RequestHead,
-    body_of: asyncio.Future[Body | None] | None,
+    tee: BodyTee | None,
 ) -> None:
     body: Body | None = None
-    if body_of is not None:
+    if tee is not None:
         try:
-            body = await asyncio.wait_for(asyncio.shield(body_of), ctx.limits.idle_timeout)
-        except TimeoutError:
-            body = None
+            body = await asyncio.wait_for(asyncio.shield(tee.body), ctx.limits.idle_timeout)
+        except TimeoutError:  # the real request stopped reading its body: what was kept is given back
+            tee.give_up()
         if body is None:
             log.debug("mirror to %s skipped: the body was not kept", backend.service_key)
             return
