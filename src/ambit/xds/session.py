@@ -45,8 +45,12 @@ Rules:
     (:meth:`ResourceSet.changed_since`, computed once per pair of sets for every client and costing the
     :class:`~ambit.xds.snapshot_map.SnapshotMap` buckets the changes copied).
 12. A wildcard client opening with ``initial_resource_versions`` (a reconnect, e.g. after a control-plane restart)
-    is answered by comparing its versions with the set's :meth:`ResourceSet.everything` as two dicts (the items in
-    one and not the other), with no sort or walk of the names per client; what it holds then is the set itself.
+    is compared with the set as a whole: when it names exactly the set's versions (the usual restart: nothing
+    changed meanwhile), protobuf's own message equality against one request made per set
+    (:meth:`ResourceSet.versions_request`) says so without a Python step per name (~30 ms for 110,000 names
+    against ~150 ms through a dict); otherwise its versions and :meth:`ResourceSet.everything`'s are compared as
+    two dicts (the items in one and not the other). Either way there is no sort or walk of the names per client,
+    and what it holds afterwards is the set itself.
 """
 
 from __future__ import annotations
@@ -128,8 +132,25 @@ class ResourceSet:
     """Resource name → the names of the resources that list it among their ``parents``."""
     _everything: list[_Everything] = field(default_factory=list, compare=False, repr=False)
     """:meth:`everything`, made at its first call (the set never changes, so neither does it)."""
+    _versions_request: list[dpb.DeltaDiscoveryRequest] = field(default_factory=list, compare=False, repr=False)
     _since: list[tuple[ResourceSet, frozenset[str]]] = field(default_factory=list, compare=False, repr=False)
     """:meth:`changed_since`'s latest answers, newest last."""
+
+    def versions_request(self) -> dpb.DeltaDiscoveryRequest:
+        """A request naming every resource of this set at its version and nothing else, made at its first call:
+        what an opening request of a client holding exactly this set compares equal to (rule 12)."""
+        if not self._versions_request:
+            request = dpb.DeltaDiscoveryRequest(initial_resource_versions=self.everything().versions)
+            self._versions_request.append(request)
+        return self._versions_request[0]
+
+    def holds_exactly(self, versions: Mapping[str, str]) -> bool:
+        """Whether ``versions`` (a request's ``initial_resource_versions``) are exactly this set's (rule 12)."""
+        if len(versions) != len(self.by_name):
+            return False
+        probe = dpb.DeltaDiscoveryRequest()
+        probe.initial_resource_versions.MergeFrom(versions)  # type: ignore[arg-type]  # a map field of the same type
+        return probe == self.versions_request()
 
     def changed_since(self, older: ResourceSet) -> frozenset[str]:
         """The names of the resources that differ between ``older`` and this set (added, removed or replaced; a
@@ -430,7 +451,11 @@ class ServerSession:
             if not request.resource_names_subscribe and not request.resource_names_unsubscribe:
                 state.wildcard = True
                 # rule 12: compared whole with the set's versions, then replaced by the set (rule 11)
-                state.held = HeldVersions(dict(request.initial_resource_versions))
+                initial = request.initial_resource_versions
+                if initial and current.holds_exactly(initial):
+                    state.held.adopt(current)
+                else:
+                    state.held = HeldVersions(dict(initial))
             else:
                 state.held = HeldVersions(_shared(request.initial_resource_versions, current))
         kind, error = RequestKind.OPENED if opened else RequestKind.SUBSCRIPTION, ""
@@ -532,6 +557,8 @@ class ServerSession:
     ) -> Delta | None:
         """Rule 12: what rule 4 gives a wildcard client compared whole with ``current`` (it wants every resource),
         from two dicts' items; afterwards it holds ``current`` itself (rule 11)."""
+        if state.held.base is current and not state.held.differences:
+            return self._delta(type_url, state, (), ()) if always else None
         versions = current.everything().versions
         held = state.held.as_dict()
         sent = tuple(current.by_name[name] for name in sorted(name for name, _ in versions.items() - held.items()))
