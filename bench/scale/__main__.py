@@ -52,6 +52,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--load-rate", type=float, help="creates per second while loading (0: unpaced)")
     parser.add_argument("--workers", type=int, help="processes for the simulated node proxies")
     parser.add_argument("--profile-controlplane", action="store_true", help="cProfile the control plane")
+    parser.add_argument(
+        "--on-demand", type=int, metavar="N", help="each client looks up N pod addresses on demand (0: wildcard)"
+    )
+    parser.add_argument(
+        "--max-requests-per-second",
+        type=float,
+        metavar="RATE",
+        help="the control plane's xDS admission rate (default: istiod's 15 + 5 per CPU)",
+    )
     args = parser.parse_args(argv)
     profile = PROFILES[args.profile]
     shape = profile.shape
@@ -63,6 +72,9 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(str(exc))
     overrides = {"churn_rate": args.churn_rate, "churn_seconds": args.churn_seconds, "load_rate": args.load_rate}
     overrides["workers"] = args.workers
+    overrides["on_demand"] = args.on_demand
+    if args.max_requests_per_second is not None:
+        overrides["controlplane_args"] = ("--max-requests-per-second", f"{args.max_requests_per_second:g}")
     profile = dataclasses.replace(profile, shape=shape, **{k: v for k, v in overrides.items() if v is not None})
     run(profile, args.out, profile_controlplane=args.profile_controlplane)
 
