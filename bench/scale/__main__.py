@@ -56,6 +56,12 @@ def main(argv: list[str] | None = None) -> None:
         "--on-demand", type=int, metavar="N", help="each client looks up N pod addresses on demand (0: wildcard)"
     )
     parser.add_argument(
+        "--restart-rates",
+        type=lambda text: tuple(float(r) for r in text.split(",")),
+        metavar="R1,R2",
+        help="one restart per rate, with that --max-requests-per-second (0: the default); default: one restart",
+    )
+    parser.add_argument(
         "--max-requests-per-second",
         type=float,
         metavar="RATE",
@@ -73,6 +79,7 @@ def main(argv: list[str] | None = None) -> None:
     overrides = {"churn_rate": args.churn_rate, "churn_seconds": args.churn_seconds, "load_rate": args.load_rate}
     overrides["workers"] = args.workers
     overrides["on_demand"] = args.on_demand
+    overrides["restart_rates"] = args.restart_rates
     if args.max_requests_per_second is not None:
         overrides["controlplane_args"] = ("--max-requests-per-second", f"{args.max_requests_per_second:g}")
     profile = dataclasses.replace(profile, shape=shape, **{k: v for k, v in overrides.items() if v is not None})

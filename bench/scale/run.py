@@ -14,7 +14,9 @@ Order (each step's figures go to one :class:`~bench.report.Report`):
    change's arrival at the client minus when its request was sent to the API server (on demand: the clients that
    looked the changed pod up); control-plane CPU share and RSS peak during the churn;
 7. SIGTERM the control plane and start it again: resync = from its spawn until every client is in sync on a new
-   stream, and how many resources the resync carried (versions are content hashes: ideally none).
+   stream, and how many resources the resync carried (versions are content hashes: ideally none); once per entry
+   of ``restart_rates`` (the xDS admission rate of that start, 0: istiod's default), and the TokenReviews the API
+   server answered meanwhile (each admitted stream is one) per second.
 
 RSS is sampled every 0.2 s for both servers (peaks). A run's processes live in a temporary directory that is
 removed at the end; every process is ended in ``finally``.
@@ -74,6 +76,8 @@ class Profile:
     """Names (pod ``network/IP`` aliases) each simulated node proxy looks up on demand; 0: every client is wildcard."""
     controlplane_args: tuple[str, ...] = ()
     """More ``ambit controlplane`` flags (e.g. ``--max-requests-per-second``)."""
+    restart_rates: tuple[float, ...] = (0.0,)
+    """One restart per entry, with that ``--max-requests-per-second`` (0: the control plane's default)."""
 
     @property
     def changes(self) -> int:
@@ -168,8 +172,9 @@ class Run:
         self.demanders: dict[str, set[str]] = {}
         """On demand: each looked-up name → the nodes whose client looked it up."""
 
-    def _control_plane(self) -> ServerProcess:
+    def _control_plane(self, rate: float = 0.0) -> ServerProcess:
         prefix = [sys.executable]
+        extra = ("--max-requests-per-second", f"{rate:g}") if rate else ()
         self._plane_starts += 1
         if self._profile_controlplane:  # one profile per start: the first covers the initial sync and the churn
             out = self.tmp / f"controlplane-{self._plane_starts}.prof"
@@ -188,6 +193,7 @@ class Run:
                 "0",
                 "--no-deploy-waypoints",
                 *self.profile.controlplane_args,
+                *extra,
             ],
             log=self.tmp / "controlplane.log",
             cwd=REPO,
@@ -213,7 +219,8 @@ class Run:
             await self._initial_sync(tokens)
             sampler.reset()
             await self._churn(sampler)
-            await self._restart()
+            for rate in self.profile.restart_rates:
+                await self._restart(rate)
         finally:
             await sampler.aclose()
         self.report.env["loadavg_end"] = os.getloadavg()[0]
@@ -405,16 +412,18 @@ class Run:
         self.add(scenario, "API server RSS peak", sampler.peaks["apiserver"] / MIB, "MiB")
         self.add(scenario, "node proxies' CPU", (fleet.cpu_seconds() - fleet_cpu) / wall * 100, "%", "of one core")
 
-    async def _restart(self) -> None:
+    async def _restart(self, rate: float) -> None:
         assert self.fleet is not None
         s = self.shape
-        scenario = f"control plane restart, {self.profile.clients}"
+        admission = f"admission {rate:g}/s" if rate else "default admission"
+        scenario = f"control plane restart ({admission}), {self.profile.clients}"
         fleet = self.fleet
         before = await fleet.syncs()
         connects_before = [len(client) for client in before]
         await self.plane.terminate(grace=60)
         api_cpu = self.api.cpu_seconds()
-        self.plane = self._control_plane()
+        self.plane = self._control_plane(rate)
+        reviews = _token_reviews(self.tmp / "controlplane.log")
         began = time.monotonic()
         ready = await self.plane.start()
 
@@ -432,6 +441,9 @@ class Run:
         if finished:
             last = max(client[-1][1] for client in syncs)
             self.add(scenario, "spawn to all clients in sync", last - began, "s")
+            answered = _token_reviews(self.tmp / "controlplane.log") - reviews
+            note = f"{answered:,} TokenReviews from spawn to the last sync"
+            self.add(scenario, "TokenReviews on the API server", answered / max(last - began, 1e-9), "/s", note)
         else:
             synced = sum(
                 1 for client, n in zip(syncs, connects_before, strict=True) if len(client) > n and client[-1][1] > 0
@@ -482,6 +494,14 @@ async def run_async(profile: Profile, *, profile_controlplane: Path | None = Non
             if profile_controlplane is not None:
                 _keep(Path(tmp_name), "controlplane*", profile_controlplane)
     return run.report
+
+
+def _token_reviews(log: Path) -> int:
+    """TokenReviews the control plane has asked for so far, from its log (its API client logs each request)."""
+    try:
+        return log.read_bytes().count(b"/tokenreviews")
+    except OSError:
+        return 0
 
 
 def _keep(directory: Path, pattern: str, destination: Path) -> None:

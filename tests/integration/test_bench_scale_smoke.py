@@ -45,10 +45,13 @@ def test_scale_harness_on_demand_clients_get_the_changes_to_what_they_looked_up(
     from bench.scale.__main__ import run
     from bench.scale.run import PROFILES
 
-    profile = replace(PROFILES["smoke"], name="test", on_demand=8)
+    profile = replace(PROFILES["smoke"], name="test", on_demand=8, restart_rates=(0.0, 50.0))
     report = run(profile, tmp_path, echo=False)
-    values = {(m.scenario.split(",")[0], m.metric): m.value for m in report.measurements}
-    assert 0 < values[("initial sync", "resources per client")] <= 8
+    values = {(m.scenario, m.metric): m.value for m in report.measurements}
+    assert 0 < values[("initial sync, 3 clients on demand (8 names each)", "resources per client")] <= 8
     assert values[("churn 20 pod changes/s to 3 clients on demand (8 names each)", "deliveries missing")] == 0
-    assert values[("control plane restart", "resources resent")] == 0
-    assert math.isfinite(values[("control plane restart", "spawn to all clients in sync")])
+    for admission in ("default admission", "admission 50/s"):
+        scenario = f"control plane restart ({admission}), 3 clients on demand (8 names each)"
+        assert values[(scenario, "resources resent")] == 0
+        assert math.isfinite(values[(scenario, "spawn to all clients in sync")])
+        assert values[(scenario, "TokenReviews on the API server")] > 0
