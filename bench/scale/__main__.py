@@ -4,7 +4,10 @@ Profiles: ``quick`` (1,000 pods, 100 Services, 10 clients; under a minute), ``de
 Services, 100 clients; ``make bench-scale``), ``full`` (100,000 pods, 10,000 Services, 1,000 clients; issue 22's
 targets), ``smoke`` (the integration test's). Any size can be overridden (``--pods``, ``--services``, ...).
 ``--profile-controlplane`` runs the control plane under cProfile and writes ``scale-controlplane-N.prof`` (one
-per start; ``python -m pstats``) and its log next to the results. Writes ``scale.md`` and ``scale.json`` to ``--out``.
+per start; ``python -m pstats``) and its log next to the results. ``--on-demand N`` makes every simulated node
+proxy on demand, looking up N pod addresses (``XDS_ON_DEMAND``); ``--restart-rates 0,200`` restarts the control plane
+once per xDS admission rate (0: istiod's default, 15 + 5 per CPU). Writes ``scale.md`` and ``scale.json`` to
+``--out``.
 
 Figures (2 vCPUs shared with other runs; ``bench/results/scale-stages.md`` has the tables): ``--pods 30000
 --services 3000 --clients 200`` syncs all 200 clients in 19.3 s (83.0 s before responses were encoded once per
