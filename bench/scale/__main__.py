@@ -9,11 +9,11 @@ proxy on demand, looking up N pod addresses (``XDS_ON_DEMAND``); ``--restart-rat
 once per xDS admission rate (0: istiod's default, 15 + 5 per CPU). Writes ``scale.md`` and ``scale.json`` to
 ``--out``.
 
-Figures (2 vCPUs shared with other runs; ``bench/results/scale-stages.md`` has the tables): ``--pods 30000
---services 3000 --clients 200`` syncs all 200 clients in 19.3 s (83.0 s before responses were encoded once per
-answer and large writes budgeted) and delivers the churn at p50 265 ms, p99 1.7 s; ``full`` did not finish its
-initial sync in 600 s before that change and was not run since; its next limit is the sessions' held versions
-(~3.7 MiB per client at 100,000 workloads).
+Figures (2 vCPUs shared with other runs; ``bench/results/scale-stages.md`` has the tables): ``--pods 50000
+--services 5000 --clients 500`` syncs all 500 clients in 132 s (344 s before the held versions were shared and the
+control plane's own writes stopped causing whole translations) and a restart resends nothing (27,500,000
+resources before). ``full`` did not finish here: the simulated clients (each holding and parsing all 110,000
+names) outgrew the machine's memory during the initial sync.
 """
 
 from __future__ import annotations

@@ -451,7 +451,7 @@ class Run:
             note = f"not within {self.profile.restart_patience:g} s; {synced} of {s.nodes} in sync"
             self.add(scenario, "spawn to all clients in sync", float("nan"), "s", note)
         reconnects = sum(len(client) - n for client, n in zip(syncs, connects_before, strict=True))
-        self.add(scenario, "client connects", reconnects, "", "each one a TokenReview on the API server")
+        self.add(scenario, "client connects", reconnects, "", "attempts; each admitted one is a TokenReview")
         resent = sum(client[-1][2] for client in syncs)
         self.add(scenario, "resources resent", resent, "", "all clients; versions are content hashes")
         self.add(scenario, "API server CPU", self.api.cpu_seconds() - api_cpu, "s", "during the resync")
