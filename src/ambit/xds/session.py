@@ -50,7 +50,9 @@ Rules:
     (:meth:`ResourceSet.versions_request`) says so without a Python step per name (~30 ms for 110,000 names
     against ~150 ms through a dict); otherwise its versions and :meth:`ResourceSet.everything`'s are compared as
     two dicts (the items in one and not the other). Either way there is no sort or walk of the names per client,
-    and what it holds afterwards is the set itself.
+    and what it holds afterwards is the set itself. The request made per set costs ~100 ms at 110,000 resources,
+    once per set a reconnect of the same size meets: a restart during churn, where sets follow each other and the
+    clients hold an older one, pays it per set for nothing (and then the dict comparison).
 """
 
 from __future__ import annotations
