@@ -4,13 +4,16 @@ Profiles: ``quick`` (1,000 pods, 100 Services, 10 clients; under a minute), ``de
 Services, 100 clients; ``make bench-scale``), ``full`` (100,000 pods, 10,000 Services, 1,000 clients; issue 22's
 targets), ``smoke`` (the integration test's). Any size can be overridden (``--pods``, ``--services``, ...).
 ``--profile-controlplane`` runs the control plane under cProfile and writes ``scale-controlplane-N.prof`` (one
-per start; ``python -m pstats``) and its log next to the results. Writes ``scale.md`` and ``scale.json`` to ``--out``.
+per start; ``python -m pstats``) and its log next to the results. ``--on-demand N`` makes every simulated node
+proxy on demand, looking up N pod addresses (``XDS_ON_DEMAND``); ``--restart-rates 0,200`` restarts the control plane
+once per xDS admission rate (0: istiod's default, 15 + 5 per CPU). Writes ``scale.md`` and ``scale.json`` to
+``--out``.
 
-Figures (2 vCPUs shared with other runs; ``bench/results/scale-stages.md`` has the tables): ``--pods 30000
---services 3000 --clients 200`` syncs all 200 clients in 19.3 s (83.0 s before responses were encoded once per
-answer and large writes budgeted) and delivers the churn at p50 265 ms, p99 1.7 s; ``full`` did not finish its
-initial sync in 600 s before that change and was not run since; its next limit is the sessions' held versions
-(~3.7 MiB per client at 100,000 workloads).
+Figures (2 vCPUs shared with other runs; ``bench/results/scale-stages.md`` has the tables): ``--pods 50000
+--services 5000 --clients 500`` syncs all 500 clients in 132 s (344 s before the held versions were shared and the
+control plane's own writes stopped causing whole translations) and a restart resends nothing (27,500,000
+resources before). ``full`` did not finish here: the simulated clients (each holding and parsing all 110,000
+names) outgrew the machine's memory during the initial sync.
 """
 
 from __future__ import annotations
@@ -52,6 +55,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--load-rate", type=float, help="creates per second while loading (0: unpaced)")
     parser.add_argument("--workers", type=int, help="processes for the simulated node proxies")
     parser.add_argument("--profile-controlplane", action="store_true", help="cProfile the control plane")
+    parser.add_argument(
+        "--on-demand", type=int, metavar="N", help="each client looks up N pod addresses on demand (0: wildcard)"
+    )
+    parser.add_argument(
+        "--restart-rates",
+        type=lambda text: tuple(float(r) for r in text.split(",")),
+        metavar="R1,R2",
+        help="one restart per rate, with that --max-requests-per-second (0: the default); default: one restart",
+    )
+    parser.add_argument(
+        "--max-requests-per-second",
+        type=float,
+        metavar="RATE",
+        help="the control plane's xDS admission rate (default: istiod's 15 + 5 per CPU)",
+    )
     args = parser.parse_args(argv)
     profile = PROFILES[args.profile]
     shape = profile.shape
@@ -63,6 +81,10 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(str(exc))
     overrides = {"churn_rate": args.churn_rate, "churn_seconds": args.churn_seconds, "load_rate": args.load_rate}
     overrides["workers"] = args.workers
+    overrides["on_demand"] = args.on_demand
+    overrides["restart_rates"] = args.restart_rates
+    if args.max_requests_per_second is not None:
+        overrides["controlplane_args"] = ("--max-requests-per-second", f"{args.max_requests_per_second:g}")
     profile = dataclasses.replace(profile, shape=shape, **{k: v for k, v in overrides.items() if v is not None})
     run(profile, args.out, profile_controlplane=args.profile_controlplane)
 

@@ -23,12 +23,18 @@ Churn: change ``k`` touches a pod no other change touches, in the order add, del
 connection, by the write the EndpointSlice controller would make for it (the pod's Service's slice with the pod
 added, removed or not ready; a label change that keeps the Service's selector writes none), so the control plane
 sees the churn a real cluster makes: two objects per change.
+
+On demand (``--on-demand N``): each simulated node proxy looks up ``N`` pods by ``network/IP``
+(:func:`demanded_pods`: drawn from the loaded pods and those the churn will add, with the client's own seed), as a
+node proxy with ``XDS_ON_DEMAND`` asks for the destinations its pods connect to; a change reaches the clients that
+looked its pod up (:func:`churn_pods` says which pod each change touches).
 """
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
+import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -86,6 +92,25 @@ class ClusterShape:
         return f"node-{i % self.nodes:04d}"
 
 
+def pod_ip(i: int) -> str:
+    return str(POD_RANGE.network_address + 1 + i)
+
+
+def churn_pods(shape: ClusterShape, changes: int) -> list[int]:
+    """The pod each of :func:`churn`'s changes touches, in order: existing pods from the end of the loaded range
+    backwards, added ones numbered after it."""
+    existing = iter(range(shape.pods - 1, -1, -1))
+    added = iter(range(shape.pods, shape.pods + changes))
+    return [next(added) if CHURN_KINDS[k % len(CHURN_KINDS)] == "add" else next(existing) for k in range(changes)]
+
+
+def demanded_pods(shape: ClusterShape, client: int, count: int, changes: int) -> list[int]:
+    """The pods client number ``client`` looks up on demand: ``count`` of the loaded pods and the ones ``changes``
+    churn changes add, drawn with the client's own seed (the same in every run)."""
+    universe = shape.pods + (changes + len(CHURN_KINDS) - 1) // len(CHURN_KINDS)
+    return sorted(random.Random(client).sample(range(universe), min(count, universe)))
+
+
 def namespace_manifest(name: str) -> dict[str, Any]:
     return {"metadata": {"name": name, "labels": {"istio.io/dataplane-mode": "ambient"}}}
 
@@ -102,7 +127,7 @@ def service_manifest(shape: ClusterShape, j: int) -> dict[str, Any]:
 
 def pod_manifest(shape: ClusterShape, i: int, *, version: str = "v1", ready: bool = True) -> dict[str, Any]:
     service = i % shape.services
-    ip = str(POD_RANGE.network_address + 1 + i)
+    ip = pod_ip(i)
     return {
         "metadata": {
             "name": shape.pod_name(i),
@@ -342,17 +367,13 @@ def churn(shape: ClusterShape, changes: int) -> list[Request]:
         raise ValueError(f"{changes} changes need at least {changes * 3 // 4 + 3} loaded pods")
     requests: list[Request] = []
     members = initial_members(shape)
-    existing = iter(range(shape.pods - 1, -1, -1))
-    added = shape.pods
-    for k in range(changes):
+    for k, i in enumerate(churn_pods(shape, changes)):
         kind = CHURN_KINDS[k % len(CHURN_KINDS)]
         if kind == "add":
-            i, added = added, added + 1
             members[i % shape.services][i] = True
             update = slice_update(shape, i % shape.services, members[i % shape.services])
             requests.append(_then(pod_create(shape, i, tag=shape.workload(i)), update))
             continue
-        i = next(existing)
         service = i % shape.services
         path = f"/api/v1/namespaces/{shape.pod_namespace(i)}/pods/{shape.pod_name(i)}"
         if kind == "delete":
@@ -361,8 +382,7 @@ def churn(shape: ClusterShape, changes: int) -> list[Request]:
             requests.append(_then(change, slice_update(shape, service, members[service])))
         elif kind == "readiness":
             members[service][i] = False
-            ip = str(POD_RANGE.network_address + 1 + i)
-            body = _encode({"status": pod_status(ip, ready=False)})
+            body = _encode({"status": pod_status(pod_ip(i), ready=False)})
             change = Request("PATCH", path + "/status", body, MERGE_PATCH, tag=shape.workload(i))
             requests.append(_then(change, slice_update(shape, service, members[service])))
         else:

@@ -11,7 +11,7 @@ import asyncio
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +43,10 @@ class Worker:
 class Fleet:
     """``await Fleet.start(...)`` then ask; ``aclose`` ends every worker."""
 
-    def __init__(self, workers: list[Worker]) -> None:
+    def __init__(self, workers: list[Worker], nodes: Sequence[str] = ()) -> None:
         self.workers = workers
+        self.nodes = list(nodes)
+        """Node names in the order every per-client answer comes in (worker by worker)."""
 
     @classmethod
     async def start(
@@ -57,10 +59,13 @@ class Fleet:
         log: Path,
         server_name: str = "istiod.istio-system.svc",
         max_message: int = 0,
+        demands: Mapping[str, Sequence[str]] | None = None,
     ) -> Fleet:
-        """Start ``clients`` ((node, token) pairs) over ``workers`` processes; returns once all have started."""
+        """Start ``clients`` ((node, token) pairs) over ``workers`` processes; returns once all have started.
+        ``demands`` (node → names) makes those clients on demand, looking the names up."""
         count = max(1, min(workers, len(clients)))
         shares = [list(clients[i::count]) for i in range(count)]
+        demands = demands or {}
         started: list[Worker] = []
         with log.open("ab") as err:
             for share in shares:
@@ -80,11 +85,13 @@ class Fleet:
                     "root_pem": root_pem.decode(),
                     "server_name": server_name,
                     "max_message": max_message,
-                    "clients": [{"node": node, "token": token} for node, token in share],
+                    "clients": [
+                        {"node": node, "token": token, "demand": list(demands.get(node, ()))} for node, token in share
+                    ],
                 }
                 assert proc.stdin is not None and proc.stdout is not None
                 proc.stdin.write(json.dumps(config).encode() + b"\n")
-        fleet = cls(started)
+        fleet = cls(started, [node for share in shares for node, _ in share])
         for worker in started:
             assert worker.proc.stdout is not None
             if not await worker.proc.stdout.readline():

@@ -1,18 +1,23 @@
 """Simulated node proxies: M real delta ADS clients in one process, each as a node proxy of its node subscribes.
 
 ``python -m bench.scale.node_proxies`` reads one JSON line on stdin (the control plane's address, the mesh root,
-the TLS name, and per client its node name and service-account token), starts every client, then answers one JSON
-command per stdin line with one JSON line on stdout (see :func:`_answer`).
+the TLS name, and per client its node name, service-account token and, for an on-demand client, the names it looks
+up), starts every client, then answers one JSON command per stdin line with one JSON line on stdout (see
+:func:`_answer`).
 
 Each client is what :class:`ambit.xds.client.XdsClient` is on the wire, without building a workload table: its own
 gRPC channel (a local subchannel pool, so one TCP + TLS connection per client as separate nodes would have), the
 node proxy's keepalive options, ``authorization: Bearer`` and ``clusterid`` metadata, and the node proxy's own
 :class:`~ambit.xds.client_session.ClientSession` (wildcard Address and Authorization, ``initial_resource_versions``
 on reconnect, ACK per response) with a decoder that keeps nothing but the name. On a broken stream it reconnects
-with the node proxy's :class:`~ambit.xds.client.Backoff` (jittered, doubling).
+with the node proxy's :class:`~ambit.xds.client.Backoff` (jittered, doubling). A client given names to look up is
+on demand (``XDS_ON_DEMAND``: it opens subscribed to nothing) and, once its opening is answered, asks for them in
+one request (:meth:`~ambit.xds.client_session.ClientSession.demand`); a reconnect subscribes to them again in its
+opening request, as the node proxy's session does.
 
 What is counted, per client: every (re)connect and when its stream was in sync again (the first response of each
-type after the connect) and how many resources those first responses carried; responses and resources received; and
+type after the connect and, on demand, every looked-up name answered) and how many resources those first responses
+carried; responses and resources received; and
 for the names being tracked (the pods the churn touches) the first arrival time (``time.monotonic()``, the same
 clock in every process on Linux) as an upsert or a removal. Times are taken when a response is read, before the
 client looks at it.
@@ -70,6 +75,8 @@ class SimulatedNodeProxy:
     node: str
     token: str
     tracked: set[str]
+    demand: tuple[str, ...] = ()
+    """Names this client looks up on demand (none: a wildcard client)."""
     session: ClientSession = field(init=False)
     syncs: list[Sync] = field(default_factory=list)
     responses: int = 0
@@ -79,7 +86,8 @@ class SimulatedNodeProxy:
 
     def __post_init__(self) -> None:
         decoders = {ADDRESS_TYPE_URL: _keep_name, AUTHORIZATION_TYPE_URL: _keep_name}
-        self.session = ClientSession(decoders, node=client_node(self.node, "Kubernetes"))
+        on_demand = bool(self.demand)
+        self.session = ClientSession(decoders, node=client_node(self.node, "Kubernetes"), on_demand=on_demand)
 
     @property
     def held(self) -> int:
@@ -132,16 +140,21 @@ class SimulatedNodeProxy:
                 self.responses += 1
                 count = len(update.upserts) + len(update.removals)
                 self.resources += count
+                lookup = None
                 if response.type_url not in seen:
                     seen.add(response.type_url)
                     sync.resources += count
-                    if len(seen) == 2:
-                        sync.synced = arrived
+                    if len(seen) == 2 and self.demand:  # the opening is answered: look up (None once asked)
+                        lookup = self.session.demand(ADDRESS_TYPE_URL, self.demand)
+                if len(seen) == 2 and not sync.synced and not self.session.pending(ADDRESS_TYPE_URL):
+                    sync.synced = arrived
                 if self.tracked:
                     for name in (*(name for name, _ in update.upserts), *update.removals):
                         if name in self.tracked and name not in self.arrivals:
                             self.arrivals[name] = arrived
                 await call.write(update.reply)
+                if lookup is not None:
+                    await call.write(lookup)
 
 
 def _answer(command: dict[str, Any], proxies: list[SimulatedNodeProxy], tracked: set[str]) -> dict[str, Any]:
@@ -180,7 +193,9 @@ async def main() -> None:
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     config = json.loads(await reader.readline())
     tracked: set[str] = set()
-    proxies = [SimulatedNodeProxy(c["node"], c["token"], tracked) for c in config["clients"]]
+    proxies = [
+        SimulatedNodeProxy(c["node"], c["token"], tracked, tuple(c.get("demand") or ())) for c in config["clients"]
+    ]
     root = config["root_pem"].encode()
     max_message = int(config.get("max_message") or MAX_MESSAGE)
     tasks = [

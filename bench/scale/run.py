@@ -9,12 +9,14 @@ Order (each step's figures go to one :class:`~bench.report.Report`):
 4. start ``ambit controlplane`` (no webhook, no waypoint deployment): spawn to ready is its list of the whole
    cluster plus the first translation;
 5. start the node proxies (:mod:`bench.scale.fleet`); initial sync = from their start until every client holds a
-   response of both types (the whole wildcard snapshot);
+   response of both types (the whole wildcard snapshot; on demand, the answer to every name it looked up);
 6. churn at the profile's rate (:func:`bench.scale.cluster.churn`): per change and client, delivery latency = the
-   change's arrival at the client minus when its request was sent to the API server; control-plane CPU share and
-   RSS peak during the churn;
+   change's arrival at the client minus when its request was sent to the API server (on demand: the clients that
+   looked the changed pod up); control-plane CPU share and RSS peak during the churn;
 7. SIGTERM the control plane and start it again: resync = from its spawn until every client is in sync on a new
-   stream, and how many resources the resync carried (versions are content hashes: ideally none).
+   stream, and how many resources the resync carried (versions are content hashes: ideally none); once per entry
+   of ``restart_rates`` (the xDS admission rate of that start, 0: istiod's default), and the TokenReviews the API
+   server answered meanwhile (each admitted stream is one) per second.
 
 RSS is sampled every 0.2 s for both servers (peaks). A run's processes live in a temporary directory that is
 removed at the end; every process is ended in ``finally``.
@@ -36,7 +38,17 @@ from pathlib import Path
 
 from bench.kube_client import Endpoint
 from bench.report import Measurement, Report, percentile
-from bench.scale.cluster import CHURN_KINDS, SERVICE_CIDR, ClusterShape, churn, creates, paced
+from bench.scale.cluster import (
+    CHURN_KINDS,
+    SERVICE_CIDR,
+    ClusterShape,
+    churn,
+    churn_pods,
+    creates,
+    demanded_pods,
+    paced,
+    pod_ip,
+)
 from bench.scale.fleet import Fleet
 from bench.server_process import ServerProcess, free_port
 
@@ -60,6 +72,23 @@ class Profile:
     """Seconds to wait for a sync or for every change to reach every client before failing the run."""
     restart_patience: float = 120.0
     """Seconds to wait for the resync after a restart; past that the run goes on and reports how far it got."""
+    on_demand: int = 0
+    """Names (pod ``network/IP`` aliases) each simulated node proxy looks up on demand; 0: every client is wildcard."""
+    controlplane_args: tuple[str, ...] = ()
+    """More ``ambit controlplane`` flags (e.g. ``--max-requests-per-second``)."""
+    restart_rates: tuple[float, ...] = (0.0,)
+    """One restart per entry, with that ``--max-requests-per-second`` (0: the control plane's default)."""
+
+    @property
+    def changes(self) -> int:
+        return max(4, int(self.churn_rate * self.churn_seconds))
+
+    @property
+    def clients(self) -> str:
+        """How the clients subscribe, for scenario names."""
+        return f"{self.shape.nodes:,} clients" + (
+            f" on demand ({self.on_demand:,} names each)" if self.on_demand else ""
+        )
 
 
 def _shape(ns: int, svc: int, pods: int, policies: int, nodes: int) -> ClusterShape:
@@ -140,9 +169,12 @@ class Run:
         self.plane = self._control_plane()
         self.fleet: Fleet | None = None
         self.endpoint: Endpoint | None = None
+        self.demanders: dict[str, set[str]] = {}
+        """On demand: each looked-up name → the nodes whose client looked it up."""
 
-    def _control_plane(self) -> ServerProcess:
+    def _control_plane(self, rate: float = 0.0) -> ServerProcess:
         prefix = [sys.executable]
+        extra = ("--max-requests-per-second", f"{rate:g}") if rate else ()
         self._plane_starts += 1
         if self._profile_controlplane:  # one profile per start: the first covers the initial sync and the churn
             out = self.tmp / f"controlplane-{self._plane_starts}.prof"
@@ -160,6 +192,8 @@ class Run:
                 "--webhook-port",
                 "0",
                 "--no-deploy-waypoints",
+                *self.profile.controlplane_args,
+                *extra,
             ],
             log=self.tmp / "controlplane.log",
             cwd=REPO,
@@ -185,7 +219,8 @@ class Run:
             await self._initial_sync(tokens)
             sampler.reset()
             await self._churn(sampler)
-            await self._restart()
+            for rate in self.profile.restart_rates:
+                await self._restart(rate)
         finally:
             await sampler.aclose()
         self.report.env["loadavg_end"] = os.getloadavg()[0]
@@ -272,13 +307,27 @@ class Run:
             await asyncio.sleep(0.25)
 
     async def _initial_sync(self, tokens: list[tuple[str, str]]) -> None:
-        s = self.shape
-        scenario = f"initial sync, {s.nodes:,} clients"
+        s, p = self.shape, self.profile
+        scenario = f"initial sync, {p.clients}"
         root = await self._root_pem()
+        demands = {
+            node: [f"/{pod_ip(i)}" for i in demanded_pods(s, n, p.on_demand, p.changes)]
+            for n, (node, _) in enumerate(tokens)
+            if p.on_demand
+        }
+        self.demanders = {}
+        for node, names in demands.items():
+            for name in names:
+                self.demanders.setdefault(name, set()).add(node)
         cpu = self.plane.cpu_seconds()
         began = time.monotonic()
         self.fleet = await Fleet.start(
-            f"127.0.0.1:{self.xds_port}", root, tokens, workers=self.profile.workers, log=self.tmp / "fleet.log"
+            f"127.0.0.1:{self.xds_port}",
+            root,
+            tokens,
+            workers=self.profile.workers,
+            log=self.tmp / "fleet.log",
+            demands=demands,
         )
         fleet = self.fleet
 
@@ -299,7 +348,8 @@ class Run:
             "s",
             f"first {firsts[0]:.2f} s, median {firsts[len(firsts) // 2]:.2f} s",
         )
-        self.add(scenario, "resources per client", status["held_max"], "", "Addresses held")
+        held = "Addresses held" if not p.on_demand else f"Addresses held, most (fewest {status['held_min']:,})"
+        self.add(scenario, "resources per client", status["held_max"], "", held)
         self.add(scenario, "client connects", status["connects"], "", f"{s.nodes} clients")
         self.add(scenario, "control plane CPU", self.plane.cpu_seconds() - cpu, "s")
         self.add(scenario, "control plane RSS", self.plane.rss_bytes() / MIB, "MiB", "after the sync")
@@ -308,11 +358,21 @@ class Run:
     async def _churn(self, sampler: Sampler) -> None:
         assert self.endpoint is not None and self.fleet is not None
         s, p = self.shape, self.profile
-        changes = max(4, int(p.churn_rate * p.churn_seconds))
-        requests = churn(s, changes)
+        requests = churn(s, p.changes)
         names = [r.tag for r in requests]
+        # Who should see each change: every client, or on demand those that looked its pod up.
+        nodes = self.fleet.nodes
+
+        def wanting(pod: int) -> list[bool]:
+            if not p.on_demand:
+                return [True] * len(nodes)
+            who = self.demanders.get(f"/{pod_ip(pod)}", set())
+            return [n in who for n in nodes]
+
+        wanted = [wanting(i) for i in churn_pods(s, p.changes)]
+        expected = sum(sum(w) for w in wanted)
         await self.fleet.track(names)
-        scenario = f"churn {p.churn_rate:g} pod changes/s to {s.nodes:,} clients"
+        scenario = f"churn {p.churn_rate:g} pod changes/s to {p.clients}"
         plane_cpu, api_cpu, fleet_cpu = self.plane.cpu_seconds(), self.api.cpu_seconds(), self.fleet.cpu_seconds()
         began = time.monotonic()
         run = await paced(self.endpoint, requests, rate=p.churn_rate, connections=4)
@@ -320,7 +380,7 @@ class Run:
 
         async def all_delivered() -> bool:  # a count, not the arrivals: polling must not hold the clients up
             status = await fleet.status()
-            return bool(status["arrived"] >= len(names) * s.nodes)
+            return bool(status["arrived"] >= expected)
 
         with contextlib.suppress(ScaleError):  # what never arrived is reported as missing, by kind
             await self._wait("delivering the churn", all_delivered)
@@ -330,7 +390,9 @@ class Run:
         missing: dict[str, int] = {}
         for k, name in enumerate(names):
             sent = run.times[name][0]
-            for t in arrivals[name]:
+            for c, t in enumerate(arrivals[name]):
+                if not wanted[k][c]:
+                    continue
                 if t is None:
                     kind = CHURN_KINDS[k % len(CHURN_KINDS)]
                     missing[kind] = missing.get(kind, 0) + 1
@@ -343,23 +405,25 @@ class Run:
         self.add(scenario, "delivery p99", percentile(latencies, 99) * 1000, "ms")
         self.add(scenario, "delivery max", max(latencies, default=float("nan")) * 1000, "ms")
         by_kind = ", ".join(f"{kind} {n}" for kind, n in missing.items())
-        self.add(scenario, "deliveries missing", sum(missing.values()), "", f"of {len(names) * s.nodes:,} {by_kind}")
+        self.add(scenario, "deliveries missing", sum(missing.values()), "", f"of {expected:,} {by_kind}")
         self.add(scenario, "control plane CPU", (self.plane.cpu_seconds() - plane_cpu) / wall * 100, "%", "of one core")
         self.add(scenario, "control plane RSS peak", sampler.peaks["controlplane"] / MIB, "MiB")
         self.add(scenario, "API server CPU", (self.api.cpu_seconds() - api_cpu) / wall * 100, "%", "of one core")
         self.add(scenario, "API server RSS peak", sampler.peaks["apiserver"] / MIB, "MiB")
         self.add(scenario, "node proxies' CPU", (fleet.cpu_seconds() - fleet_cpu) / wall * 100, "%", "of one core")
 
-    async def _restart(self) -> None:
+    async def _restart(self, rate: float) -> None:
         assert self.fleet is not None
         s = self.shape
-        scenario = f"control plane restart, {s.nodes:,} clients"
+        admission = f"admission {rate:g}/s" if rate else "default admission"
+        scenario = f"control plane restart ({admission}), {self.profile.clients}"
         fleet = self.fleet
         before = await fleet.syncs()
         connects_before = [len(client) for client in before]
         await self.plane.terminate(grace=60)
         api_cpu = self.api.cpu_seconds()
-        self.plane = self._control_plane()
+        self.plane = self._control_plane(rate)
+        reviews = _token_reviews(self.tmp / "controlplane.log")
         began = time.monotonic()
         ready = await self.plane.start()
 
@@ -377,6 +441,9 @@ class Run:
         if finished:
             last = max(client[-1][1] for client in syncs)
             self.add(scenario, "spawn to all clients in sync", last - began, "s")
+            answered = _token_reviews(self.tmp / "controlplane.log") - reviews
+            note = f"{answered:,} TokenReviews from spawn to the last sync"
+            self.add(scenario, "TokenReviews on the API server", answered / max(last - began, 1e-9), "/s", note)
         else:
             synced = sum(
                 1 for client, n in zip(syncs, connects_before, strict=True) if len(client) > n and client[-1][1] > 0
@@ -384,7 +451,7 @@ class Run:
             note = f"not within {self.profile.restart_patience:g} s; {synced} of {s.nodes} in sync"
             self.add(scenario, "spawn to all clients in sync", float("nan"), "s", note)
         reconnects = sum(len(client) - n for client, n in zip(syncs, connects_before, strict=True))
-        self.add(scenario, "client connects", reconnects, "", "each one a TokenReview on the API server")
+        self.add(scenario, "client connects", reconnects, "", "attempts; each admitted one is a TokenReview")
         resent = sum(client[-1][2] for client in syncs)
         self.add(scenario, "resources resent", resent, "", "all clients; versions are content hashes")
         self.add(scenario, "API server CPU", self.api.cpu_seconds() - api_cpu, "s", "during the resync")
@@ -427,6 +494,14 @@ async def run_async(profile: Profile, *, profile_controlplane: Path | None = Non
             if profile_controlplane is not None:
                 _keep(Path(tmp_name), "controlplane*", profile_controlplane)
     return run.report
+
+
+def _token_reviews(log: Path) -> int:
+    """TokenReviews the control plane has asked for so far, from its log (its API client logs each request)."""
+    try:
+        return log.read_bytes().count(b"/tokenreviews")
+    except OSError:
+        return 0
 
 
 def _keep(directory: Path, pattern: str, destination: Path) -> None:

@@ -66,3 +66,33 @@ async def test_a_pod_change_is_handed_over_as_a_change_and_translates_as_from_sc
                 view.items("pods"), view.items("services"), view.items("endpointslices"), view.items("namespaces")
             )
             assert configs[-1] == fresh.config
+
+
+async def test_a_policys_status_write_is_not_a_change_to_translate(tmp_path: Path) -> None:
+    """Our own status writes on policies: the next translation (for a pod) still reuses the policy and service
+    stages, and a ConfigMap nothing reads (the CA's root in a namespace) reuses every stage."""
+    configs: list[LocalConfig] = []
+    policy = {
+        "metadata": {"name": "allow", "namespace": "default"},
+        "spec": {"selector": {"matchLabels": {"app": "web"}}, "rules": [{}]},
+    }
+    async with (
+        ApiServer(ApiServerSettings(data_dir=tmp_path / "api", port=0)) as server,
+        KubeClient.from_kubeconfig(server.kubeconfig) as client,
+    ):
+        await client.create(kinds.PODS, _pod("web-0"))
+        await client.patch_status(kinds.PODS, "web-0", _status("198.18.210.1", True), namespace="default")
+        await client.create(kinds.AUTHORIZATION_POLICIES, policy, "default")
+        settings = ClusterViewSettings(debounce=0.05, sync_timeout=10)
+        async with ClusterView(client, settings, configs.append) as view:
+            stages = view._translation_memo.stages
+            status = {"status": {"conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted"}]}}
+            await client.patch_status(kinds.AUTHORIZATION_POLICIES, "allow", status, namespace="default")
+            await asyncio.sleep(0.3)
+            await client.patch_status(kinds.PODS, "web-0", _status("198.18.210.1", False), namespace="default")
+            await _until(lambda: len(configs) == 2)
+            assert stages.policies.reused and stages.services.reused
+            root = {"metadata": {"name": "istio-ca-root-cert", "namespace": "default"}, "data": {"root-cert.pem": "x"}}
+            await client.create(kinds.CONFIG_MAPS, root, "default")
+            await _until(lambda: len(configs) == 3)
+            assert stages.policies.reused and stages.services.reused and stages.gateways.reused

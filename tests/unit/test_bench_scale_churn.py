@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from bench.scale.cluster import ClusterShape, Request, churn, creates, slice_name
+from bench.scale.cluster import ClusterShape, Request, churn, churn_pods, creates, demanded_pods, slice_name
 
 SHAPE = ClusterShape(namespaces=2, services=4, pods=16, policies=0, nodes=2)
 
@@ -46,3 +46,14 @@ def test_each_change_is_followed_by_its_services_slice_as_the_controller_would_w
     assert _slice_pods(unready[-1]) == {**{SHAPE.pod_name(i): True for i in (2, 6, 10)}, SHAPE.pod_name(14): False}
     assert [r.method for r in relabel] == ["PATCH"]
     assert [r.tag for r in requests] == [SHAPE.workload(i) for i in (16, 15, 14, 13)]
+
+
+def test_on_demand_clients_look_up_loaded_and_added_pods_and_each_change_names_its_pod() -> None:
+    changes = 8
+    pods = churn_pods(SHAPE, changes)
+    assert [SHAPE.workload(i) for i in pods] == [r.tag for r in churn(SHAPE, changes)]
+    assert pods[:4] == [16, 15, 14, 13]
+    drawn = [demanded_pods(SHAPE, client, 5, changes) for client in range(3)]
+    assert drawn == [demanded_pods(SHAPE, client, 5, changes) for client in range(3)]  # the same in every run
+    assert all(len(set(d)) == 5 and all(0 <= i < SHAPE.pods + 2 for i in d) for d in drawn)
+    assert demanded_pods(SHAPE, 0, 100, changes) == list(range(SHAPE.pods + 2))  # at most every pod

@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
+
+import grpc  # type: ignore[import-untyped]
 import pytest
+from google.protobuf.message import DecodeError
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ambit.api import ca_pb2
 from ambit.controlplane.ca.errors import CsrError
 from ambit.controlplane.ca.limits import MAX_CSR_BYTES, CallerRateLimiter, RateLimit, check_csr_size
-from ambit.controlplane.ca.server import DEFAULT_WORKLOAD_CERT_TTL, MAX_WORKLOAD_CERT_TTL, effective_ttl
+from ambit.controlplane.ca.server import (
+    DEFAULT_WORKLOAD_CERT_TTL,
+    MAX_RECEIVE_MESSAGE_BYTES,
+    MAX_WORKLOAD_CERT_TTL,
+    CaService,
+    OversizedRequest,
+    effective_ttl,
+    read_request,
+)
 
 DAY = 86400
 
@@ -97,3 +110,37 @@ def test_csrs_above_the_limit_are_refused_before_parsing(size: int, refused: boo
 def test_the_ttl_defaults_to_a_day_and_is_capped_at_90_days(requested: int, granted: int) -> None:
     assert DEFAULT_WORKLOAD_CERT_TTL == DAY
     assert effective_ttl(requested, default=DAY, maximum=MAX_WORKLOAD_CERT_TTL) == granted
+
+
+# The CA's own request limit on a server whose gRPC limit is the xDS stream's (ca.server step 0).
+
+
+@given(st.binary(max_size=256))
+def test_the_ca_reads_a_small_request_or_fails_to_parse_it(data: bytes) -> None:
+    try:
+        request = read_request(data)
+    except DecodeError:
+        return
+    assert isinstance(request, ca_pb2.IstioCertificateRequest)
+
+
+def test_the_ca_leaves_a_request_over_its_limit_unparsed_and_refuses_it() -> None:
+    huge = ca_pb2.IstioCertificateRequest(csr="A" * (MAX_RECEIVE_MESSAGE_BYTES + 1)).SerializeToString()
+    assert read_request(huge) == OversizedRequest(len(huge))
+
+    class Context:
+        aborted: tuple[object, str] | None = None
+
+        def peer(self) -> str:
+            return "ipv4:127.0.0.1:1"
+
+        async def abort(self, code: object, message: str) -> None:
+            self.aborted = (code, message)
+            raise grpc.aio.AbortError()
+
+    context = Context()
+    service = CaService(None, None, None)  # type: ignore[arg-type]  # never reached for an oversized request
+    with pytest.raises(grpc.aio.AbortError):
+        asyncio.run(service.CreateCertificate(OversizedRequest(len(huge)), context))
+    assert context.aborted is not None and context.aborted[0] == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert str(MAX_RECEIVE_MESSAGE_BYTES) in context.aborted[1]

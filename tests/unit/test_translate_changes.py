@@ -29,6 +29,7 @@ from ambit.xds.table import AddressTable, AuthorizationTable
 
 NAMESPACES = ("ns-a", "ns-b")
 APPS = ("a", "b", "c")
+ROOT_CERT = "istio-ca-root-cert"
 MESH_SELECTING = "discoverySelectors:\n- matchLabels: {seen: 'yes'}\n"
 ISTIO_GATEWAYS = "gateways.networking.istio.io"
 WAYPOINT_LABEL = "istio.io/use-waypoint"
@@ -43,6 +44,7 @@ INPUTS = {
     "service_entries": "serviceentries",
     "destination_rules": "destinationrules",
     "istio_gateways": ISTIO_GATEWAYS,
+    "backend_tls_policies": "backendtlspolicies",
 }
 """translate_all's keyword arguments beyond the four first, and the kinds (informer plurals) they hold."""
 
@@ -194,6 +196,12 @@ def _destination_rule(ns: str, i: int) -> dict[str, Any]:
     return {"metadata": {"name": "subsets", "namespace": ns}, "spec": {"host": "svc-a", "subsets": subsets}}
 
 
+def _backend_tls(ns: str) -> dict[str, Any]:
+    validation = {"caCertificateRefs": [{"group": "", "kind": "ConfigMap", "name": "ca-bundle"}], "hostname": "a.test"}
+    spec = {"targetRefs": [{"group": "", "kind": "Service", "name": "svc-a"}], "validation": validation}
+    return {"metadata": {"name": "tls", "namespace": ns}, "spec": spec}
+
+
 def _istio_gateway(ns: str, i: int) -> dict[str, Any]:
     servers = [{"port": {"number": 80 + i, "name": "http", "protocol": "HTTP"}, "hosts": ["*"]}]
     return {
@@ -252,6 +260,7 @@ STEP = st.tuples(
             "rule",
             "istio-gateway",
             "gateway-pod",
+            "configmap",
         ]
     ),
     st.sampled_from(NAMESPACES),
@@ -324,6 +333,15 @@ def _apply(cluster: Cluster, step: tuple[str, str, int]) -> None:
             gateway_pod["metadata"]["labels"]["istio"] = "ingress"
             gateway_pod["spec"]["serviceAccountName"] = f"ingress-{i}"
         cluster.put("pods", gateway_pod)
+    elif change == "configmap":  # stage memo rule 9: the CA's own root ConfigMap, or one a BackendTLSPolicy reads
+        if i % 3 == 0:
+            root = {"metadata": {"name": ROOT_CERT, "namespace": ns}, "data": {"root-cert.pem": "x"}}
+            cluster.put("configmaps", root)
+        elif i % 3 == 1:
+            bundle = {"metadata": {"name": "ca-bundle", "namespace": ns}, "data": {"ca.crt": f"not a pem {i}"}}
+            cluster.put("configmaps", bundle)
+        else:
+            cluster.put("backendtlspolicies", _backend_tls(ns))
     elif change == "discovery":
         if i % 2:
             cluster.put("namespaces", _namespace(ns, seen="no" if i % 3 else "yes"))
@@ -500,3 +518,29 @@ def test_a_pod_change_hands_over_that_pod_only_and_no_service_or_policy() -> Non
     assert set(upserts) == {"Kubernetes//Pod/ns-a/pod-1"} and not removed
     assert authorization_changes(previous, config, AuthorizationCache()) is None
     assert encoder.hand_over(translation) == {"Kubernetes//Pod/ns-a/pod-1"}
+
+
+def test_a_configmap_no_stage_read_is_no_change_and_the_mesh_config_is() -> None:
+    cluster = _start()
+    memo = TranslationMemo()
+    _translated(cluster, memo)
+    for ns in NAMESPACES:  # the control plane's own publication in every namespace (stage memo rule 9)
+        cluster.put("configmaps", {"metadata": {"name": ROOT_CERT, "namespace": ns}, "data": {"root-cert.pem": "x"}})
+    _translated(cluster, memo)
+    stages = memo.stages
+    assert stages.policies.reused and stages.services.reused and stages.gateways.reused and stages.index.reused
+    cluster.put("configmaps", {"metadata": {"name": "istio", "namespace": "istio-system"}, "data": {"mesh": ""}})
+    _translated(cluster, memo)
+    assert not memo.stages.services.reused and not memo.stages.policies.reused
+
+
+def test_a_configmap_a_stage_looked_up_is_a_change_found_or_not() -> None:
+    cluster = _start()
+    cluster.put("backendtlspolicies", _backend_tls("ns-a"))
+    memo = TranslationMemo()
+    _translated(cluster, memo)
+    assert memo.stages.services.value is not None and memo.stages.services.value.config_maps is not None
+    assert memo.stages.services.value.config_maps.was_read("ns-a/ca-bundle")  # looked up while absent
+    cluster.put("configmaps", {"metadata": {"name": "ca-bundle", "namespace": "ns-a"}, "data": {"ca.crt": "x"}})
+    _translated(cluster, memo)
+    assert not memo.stages.services.reused

@@ -95,3 +95,23 @@ async def test_a_failed_write_is_the_callers() -> None:
     with pytest.raises(ConnectionError):
         await budget.write(MIB, failing())
     await budget.write(MIB, asyncio.sleep(0))  # the slot was given back
+
+
+async def test_stalled_writes_give_their_slot_back_only_within_the_byte_bound() -> None:
+    settings = SendBudgetSettings(slots=1, large=MIB, stall=0.05, stalled_bytes=3 * MIB)
+    budget, writes = SendBudget(settings), Writes()
+    first = writes.start(budget, 2 * MIB)
+    second = writes.start(budget, 2 * MIB)
+    third = writes.start(budget, 2 * MIB)
+    await asyncio.sleep(0.2)
+    # The first stalled and gave its slot back (2 MiB without a slot); the second may not (4 MiB > 3): it keeps
+    # the slot, and the third waits for it.
+    assert writes.running == 2 and budget.stalled == 2 * MIB
+    writes.gates[0].set()
+    await first
+    await asyncio.sleep(0.2)  # now the second's bytes fit: it gives the slot back and the third starts
+    assert writes.running == 2 and budget.stalled == 2 * MIB
+    writes.gates[1].set()
+    writes.gates[2].set()
+    await asyncio.gather(second, third)
+    assert budget.stalled == 0 and writes.most == 2

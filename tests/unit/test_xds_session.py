@@ -251,8 +251,8 @@ def test_a_full_comparison_push_finds_every_difference() -> None:
 # Client session.
 
 
-def _client(on_demand: bool = False) -> ClientSession:
-    return ClientSession({A: decode_address}, on_demand=on_demand)
+def _client(on_demand: bool = False, max_initial_request: int = MAX_INITIAL_REQUEST_BYTES) -> ClientSession:
+    return ClientSession({A: decode_address}, on_demand=on_demand, max_initial_request=max_initial_request)
 
 
 def test_the_client_opens_wildcard_or_on_demand_with_what_it_holds() -> None:
@@ -357,15 +357,22 @@ def test_a_client_and_server_pair_stays_in_sync_across_changes_and_a_server_rest
 
 
 def test_a_client_holding_too_many_resources_to_name_reopens_without_versions_and_drops_what_is_gone() -> None:
-    """Rule 5 of the client: 20,000 held workloads would make an opening request over 1 MiB (the size our server
-    reads): the client opens without versions, gets the whole state, and removes what the server no longer has."""
+    """Rule 5 of the client: 20,000 held workloads make an opening request of ~1 MiB (over a limit of 768 KiB,
+    ours before): the client opens without versions, gets the whole state, and removes what the server no longer
+    has. With the default limit (under our server's 16 MiB) the same client names them all."""
     pods = [_pod(f"p-{i:05d}", f"198.18.{i // 250}.{i % 250 + 1}") for i in range(20_000)]
-    table, client, state = _table(*pods, SVC), _client(), WorkloadState()
+    table, client, state = _table(*pods, SVC), _client(max_initial_request=768 * 1024), WorkloadState()
     _exchange(ServerSession(), client, state, table)
     assert len(client.held(A)) == 20_001
+    default = _client()
+    _exchange(ServerSession(), default, WorkloadState(), table)
+    (named,) = default.initial_requests()
+    assert len(named.initial_resource_versions) == 20_001 and 768 * 1024 < named.ByteSize() <= MAX_INITIAL_REQUEST_BYTES
+    (in_sync,) = ServerSession().receive(named, table.current).responses
+    assert not in_sync.resources and not in_sync.removed_resources  # nothing resent to a client in sync
 
     (request,) = client.initial_requests()
-    assert request.ByteSize() <= MAX_INITIAL_REQUEST_BYTES < 1024 * 1024
+    assert request.ByteSize() <= 768 * 1024
     assert dict(request.initial_resource_versions) == {} and client.resyncing == (A,)
 
     # Meanwhile the control plane restarted without the Service and two pods, and with one new pod.

@@ -515,7 +515,9 @@ class ControlPlane:
             # let the next translation (which blocks the loop) start first and delayed every push by one more
             # translation (issue 22: 10,000 pods, p50 3.8 s). Each stream still coalesces what arrives while it writes.
             debounce=0.0,
-            grpc_options=GRPC_SERVER_OPTIONS,
+            # The CA's keepalive, but the xDS stream's request limit: the CA bounds its own requests (its module's
+            # step 0); a reconnecting node proxy names everything it holds (issue 22).
+            grpc_options=[o for o in GRPC_SERVER_OPTIONS if o[0] != "grpc.max_receive_message_length"],
             authorizations=self.authorizations,
             sources={WAYPOINT_CONFIG_TYPE_URL: self.waypoint_configs, GATEWAY_CONFIG_TYPE_URL: self.gateway_configs},
             readers={

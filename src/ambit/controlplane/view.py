@@ -285,8 +285,13 @@ class ClusterView:
     def _recording(
         self, plural: str, handler: Callable[[dict[str, Any], dict[str, Any]], None]
     ) -> Callable[[dict[str, Any], dict[str, Any]], None]:
+        spec_only = plural in {cache_name(kind) for kind in SPEC_ONLY_KINDS}
+
         def updated(old: dict[str, Any], new: dict[str, Any]) -> None:
-            self._record(plural, new)
+            # Our own status writes are not changes to translate either: recorded, 1,000 policies' status made the
+            # next translations redo the policy and service stages (issue 22).
+            if not spec_only or _translated_part(old) != _translated_part(new):
+                self._record(plural, new)
             handler(old, new)
 
         return updated

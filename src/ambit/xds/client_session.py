@@ -16,10 +16,12 @@ Rules:
 3. A response of a type the client never opened is NACKed and changes nothing.
 4. :attr:`ClientSession.synced` turns true once every opened type got its first response after the latest
    (re)connect; it stays true across later reconnects (the state is kept, just stale).
-5. A server reads requests up to a size (ours 1 MiB, istiod 4 MiB): a type whose ``initial_resource_versions``
-   would make its opening request larger than :data:`MAX_INITIAL_REQUEST_BYTES` (some 15,000 resources) opens
-   without them instead of failing every reconnect. The server then sends the type's whole wanted state in its
-   first response, so that response replaces what is held: a held name it lacks is removed.
+5. A server reads requests up to a size (ours :data:`ambit.xds.server.MAX_REQUEST_BYTES`, 16 MiB; istiod 4 MiB):
+   a type whose ``initial_resource_versions`` would make its opening request larger than ``max_initial_request``
+   (:data:`MAX_INITIAL_REQUEST_BYTES`, 12 MiB: some 200,000 resources at ~60 bytes a name and version; 100,000
+   workloads with their Services make ~6.5 MiB) opens without them instead of failing every reconnect. The server
+   then sends the type's whole wanted state in its first response, so that response replaces what is held: a held
+   name it lacks is removed.
 6. On demand (ztunnel's ``XDS_ON_DEMAND``): a type opens subscribed to nothing (``*`` in subscribe and in
    unsubscribe). :meth:`ClientSession.demand` asks for resource names or ``network/IP`` aliases not asked before
    and remembers them: a reconnect subscribes to them again in its opening request, so the server keeps pushing
@@ -49,8 +51,10 @@ Decoder = Callable[[str, any_pb2.Any], object]
 NACK_CODE = 3  # google.rpc.Code INVALID_ARGUMENT
 MAX_DEMANDED = 65536
 """Names at most one type may have demanded (rule 6)."""
-MAX_INITIAL_REQUEST_BYTES = 768 * 1024
-"""Largest opening request sent with ``initial_resource_versions`` (rule 5): under our server's 1 MiB limit."""
+MAX_INITIAL_REQUEST_BYTES = 12 * 1024 * 1024
+"""Largest opening request sent with ``initial_resource_versions`` by default (rule 5): under our server's 16 MiB
+limit. (It was 768 KiB under a 1 MiB limit: past ~15,000 resources every client of a restarted control plane was
+sent everything again, issue 22.)"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +82,7 @@ class ClientSession:
         "_demanded",
         "_first_seen",
         "_held",
+        "_max_initial_request",
         "_named",
         "_node",
         "_on_demand",
@@ -93,8 +98,10 @@ class ClientSession:
         node: dpb.Node | None = None,
         on_demand: bool = False,
         named: Mapping[str, Sequence[str]] | None = None,
+        max_initial_request: int = MAX_INITIAL_REQUEST_BYTES,
     ) -> None:
         self._decoders = dict(decoders)
+        self._max_initial_request = max_initial_request
         self._named = {type_url: tuple(names) for type_url, names in (named or {}).items()}
         """Types subscribed by resource name instead of by wildcard (a waypoint's own configuration)."""
         self._node = node if node is not None else dpb.Node()
@@ -132,7 +139,7 @@ class ClientSession:
         requests = []
         for type_url, held in self._held.items():
             request = dpb.DeltaDiscoveryRequest(node=self._node, type_url=type_url, initial_resource_versions=held)
-            if request.ByteSize() > MAX_INITIAL_REQUEST_BYTES:
+            if request.ByteSize() > self._max_initial_request:
                 request.ClearField("initial_resource_versions")
                 self._resync.add(type_url)
             if type_url in self._named:

@@ -104,6 +104,11 @@ __all__ = [
 ]
 
 log = logging.getLogger("ambit.xds.server")
+MAX_REQUEST_BYTES = 16 * 1024 * 1024
+"""The largest request message :class:`XdsServer` reads (gRPC's ``max_receive_message_length``; istiod 4 MiB): a
+node proxy reconnecting to a restarted control plane names every resource it holds with its version in its opening
+request (~60 bytes each: 100,000 workloads and 10,000 Services make ~6.5 MiB) so that nothing unchanged is sent
+again. A service sharing the server bounds its own messages below this (the CA: 1 MiB)."""
 PUSHBACK_KEY = "grpc-retry-pushback-ms"
 """The trailer a refused stream's retry hint travels in (gRPC's server pushback)."""
 
@@ -563,8 +568,8 @@ class XdsServer:
         observer: XdsObserver = NO_OBSERVER,
         admission: Admission | None = None,
     ) -> None:
-        """``grpc_options`` are the gRPC server's channel options (the CA sharing it passes its message size cap);
-        they win over the ``keepalive`` options (:mod:`ambit.xds.keepalive`) where both name one."""
+        """``grpc_options`` are the gRPC server's channel options; they win over the ``keepalive`` options
+        (:mod:`ambit.xds.keepalive`) and the request size limit (:data:`MAX_REQUEST_BYTES`) where both name one."""
         self.service = XdsService(
             source,
             authenticate,
@@ -583,6 +588,7 @@ class XdsServer:
         self._credentials = grpc.dynamic_ssl_server_credentials(self._certificate, self._next_certificate)
         self._address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         options: dict[str, Any] = dict(keepalive.server_options())
+        options["grpc.max_receive_message_length"] = MAX_REQUEST_BYTES
         options.update(grpc_options)
         self.grpc_server: Any = grpc.aio.server(options=list(options.items()))
         self.service.add_to(self.grpc_server)

@@ -13,6 +13,9 @@ Rules:
    :class:`collections.abc.Mapping`, so a map equals a dict of the same items); iteration order is by bucket, not
    by insertion.
 3. Keys are hashed with Python's ``hash`` (per process, as a dict does): a map lives in one process.
+4. :meth:`SnapshotMap.differing_keys` compares two maps bucket by bucket: a bucket two maps share is skipped
+   whole, so the difference between a map and one made from it by a few edits costs the buckets those edits
+   copied, not the map. Values are compared by identity: a value replaced by an equal one counts as different.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ V = TypeVar("V")
 
 BUCKETS = 256
 _MASK = BUCKETS - 1
+_ABSENT: object = object()
 
 
 class SnapshotMap(Mapping[K, V], Generic[K, V]):
@@ -62,6 +66,16 @@ class SnapshotMap(Mapping[K, V], Generic[K, V]):
 
     def __repr__(self) -> str:
         return f"SnapshotMap({dict(self.items())!r})"
+
+    def differing_keys(self, other: SnapshotMap[K, V]) -> set[K]:
+        """The keys whose value is not the same object in both maps, or that only one of them has (rule 4)."""
+        found: set[K] = set()
+        for mine, theirs in zip(self._buckets, other._buckets, strict=True):
+            if mine is theirs:
+                continue
+            found.update(key for key, value in mine.items() if theirs.get(key, _ABSENT) is not value)
+            found.update(key for key in theirs if key not in mine)
+        return found
 
     def edit(self) -> MapEdit[K, V]:
         """A change of this map: write to it, then :meth:`MapEdit.freeze` it into a new map; this one stays."""

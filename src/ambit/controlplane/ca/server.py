@@ -3,8 +3,11 @@
 Theory of operation: one request is handled in four steps, any of which may refuse it:
 
 0. **Bound the cost.** A CSR longer than ``max_csr_bytes`` (64 KiB) is refused before anything else is done with
-   it (:mod:`~ambit.controlplane.ca.limits`); the gRPC server itself refuses messages above
-   :data:`MAX_RECEIVE_MESSAGE_BYTES` (:data:`GRPC_SERVER_OPTIONS`).
+   it (:mod:`~ambit.controlplane.ca.limits`); a request message above :data:`MAX_RECEIVE_MESSAGE_BYTES` is never
+   parsed: a server of its own refuses it in gRPC (:data:`GRPC_SERVER_OPTIONS`), and on the control plane's
+   shared port, whose gRPC limit is the xDS stream's larger one (:data:`ambit.xds.server.MAX_REQUEST_BYTES`: a
+   reconnecting node proxy names every resource it holds), the method's own reader refuses it with
+   ``RESOURCE_EXHAUSTED`` before parsing.
 1. **Authenticate** the caller from the gRPC metadata (``authorization: Bearer``, ``clusterid``) with the
    injected :class:`Authenticator` (TokenReview, :mod:`~ambit.controlplane.ca.authn`), then charge the caller
    (its service account and bound pod) one request of its token bucket (10/s, burst 50): beyond it,
@@ -239,9 +242,16 @@ class CaService:
         return ca_pb2.IstioCertificateResponse(cert_chain=flatten_chain(chain))
 
     async def CreateCertificate(  # the gRPC method's name
-        self, request: ca_pb2.IstioCertificateRequest, context: Any
+        self, request: ca_pb2.IstioCertificateRequest | OversizedRequest, context: Any
     ) -> ca_pb2.IstioCertificateResponse:
         self._observer.csr_received()
+        if isinstance(request, OversizedRequest):
+            log.warning("CreateCertificate from %s refused: a request of %d bytes", context.peer(), request.size)
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"request of {request.size} bytes is over the limit of {MAX_RECEIVE_MESSAGE_BYTES}",
+            )
+            raise AssertionError("unreachable: abort raises")
         try:
             response = await self.create_certificate(request, context.invocation_metadata() or ())
         except (AuthenticationError, AuthorizationError) as exc:
@@ -268,12 +278,26 @@ class CaService:
         """Serve this CA's one method on ``server`` (a ``grpc.aio.Server``)."""
         handler = grpc.unary_unary_rpc_method_handler(
             self.CreateCertificate,
-            request_deserializer=ca_pb2.IstioCertificateRequest.FromString,
+            request_deserializer=read_request,
             response_serializer=ca_pb2.IstioCertificateResponse.SerializeToString,
         )
         server.add_generic_rpc_handlers(
             (grpc.method_handlers_generic_handler(SERVICE_NAME, {"CreateCertificate": handler}),)
         )
+
+
+@dataclass(frozen=True, slots=True)
+class OversizedRequest:
+    """A request message over :data:`MAX_RECEIVE_MESSAGE_BYTES`, left unparsed (step 0)."""
+
+    size: int
+
+
+def read_request(data: bytes) -> ca_pb2.IstioCertificateRequest | OversizedRequest:
+    """The method's request reader: a message over the CA's own limit is not parsed (step 0)."""
+    if len(data) > MAX_RECEIVE_MESSAGE_BYTES:
+        return OversizedRequest(len(data))
+    return ca_pb2.IstioCertificateRequest.FromString(data)
 
 
 def _der(pem: bytes) -> bytes:

@@ -64,7 +64,7 @@ from ambit.controlplane.translate.envoyfilters import PatchNote
 from ambit.controlplane.translate.gateway_side import GatewaySide, gateway_side
 from ambit.controlplane.translate.index import SERVICE_NAME_LABEL, SelectionMemo, ServiceIndex
 from ambit.controlplane.translate.ingress import merge_route_status
-from ambit.controlplane.translate.meshconfig import MeshConfigMemo, mesh_config_of
+from ambit.controlplane.translate.meshconfig import MESH_CONFIG_MAP, MeshConfigMemo, mesh_config_of
 from ambit.controlplane.translate.nodes import node_localities
 from ambit.controlplane.translate.pod_workloads import Changes, PodEntry, PodWorkloads
 from ambit.controlplane.translate.policies import DEFAULT_ROOT_NAMESPACE, PolicyStatus
@@ -284,6 +284,10 @@ def translate_all(
     listener_sets = [(origin, obj) for origin, obj in listener_sets if seen.admits(obj)]
     stages = translation_memo.stages if translation_memo is not None else StageMemos()
     known = ChangedKinds.of(changed if translation_memo is not None and translation_memo.complete else None)
+    read = stages.services.value.config_maps if stages.services.value is not None else None
+    if read is not None:  # stage memo rule 9: a ConfigMap nothing read is no change
+        mesh_key = f"{root_namespace}/{MESH_CONFIG_MAP}"
+        known = known.ignoring("configmaps", lambda key: key != mesh_key and not read.was_read(key))
     if translation_memo is not None:
         translation_memo.complete = False
     policy_objects = list(authorization_policies)

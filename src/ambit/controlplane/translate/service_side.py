@@ -54,6 +54,7 @@ from ambit.controlplane.translate.serviceentries import (
 )
 from ambit.controlplane.translate.services import service_network, translate_service
 from ambit.controlplane.translate.skips import Skipped
+from ambit.controlplane.translate.stage_memo import ConfigMapReads
 from ambit.controlplane.translate.telemetry import ServiceRef, translate_telemetry, waypoint_metrics
 from ambit.controlplane.translate.virtualservices import translate_virtual_services
 from ambit.controlplane.translate.visibility import visibility_status
@@ -119,6 +120,8 @@ class ServiceSide:
     selectorless: frozenset[tuple[str, str]]
     """(namespace, name) of each Kubernetes Service without a selector: whose EndpointSlices the index reads."""
     skips: tuple[Skipped, ...]
+    config_maps: ConfigMapReads | None = None
+    """The ConfigMaps this stage looked up (:mod:`~ambit.controlplane.translate.stage_memo` rule 9)."""
 
 
 def _object_key(obj: Obj) -> str:
@@ -268,10 +271,12 @@ def service_side(
         (str((s.get("metadata") or {}).get("namespace")), str((s.get("metadata") or {}).get("name"))): s
         for s in secrets
     }
-    config_map_by_key = {
-        (str((c.get("metadata") or {}).get("namespace")), str((c.get("metadata") or {}).get("name"))): c
-        for c in config_maps
-    }
+    config_map_by_key = ConfigMapReads(
+        {
+            (str((c.get("metadata") or {}).get("namespace")), str((c.get("metadata") or {}).get("name"))): c
+            for c in config_maps
+        }
+    )
     ingress = translate_ingress(
         find_config_map=lambda namespace, name: config_map_by_key.get((namespace, name)),
         gateways=gateways,
@@ -323,6 +328,7 @@ def service_side(
             served.setdefault(waypoint, set()).add(key)
     ingress_gateways = [g for g in gateways if is_ingress(g)]
     return ServiceSide(
+        config_maps=config_map_by_key,
         network=network,
         waypoints=waypoints,
         translated=tuple(translated),

@@ -30,17 +30,21 @@ Rules:
    stage was and every changed EndpointSlice neither had (when they were made) nor has an endpoint whose
    ``targetRef`` is not a Pod: such a slice gives no workload and no skip.
 8. ServiceEntries' inline endpoints' workloads: reused while the policy and service stages both were.
+9. A changed ConfigMap no stage read is not a change (:meth:`ChangedKinds.ignoring`): the service stage records
+   every ConfigMap it looks up, found or not (:class:`ConfigMapReads`), and the mesh config is read by every call.
+   The control plane's own ``istio-ca-root-cert`` in each namespace is such a ConfigMap: at 1,000 namespaces its
+   creation made 1,000 whole translations one after another, each slowing the next create (issue 22).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from ambit.controlplane.translate.pod_workloads import Changes
 
-__all__ = ["EVERY_STAGE", "POD_SIDE", "POLICY_KINDS", "ChangedKinds", "StageMemo"]
+__all__ = ["EVERY_STAGE", "POD_SIDE", "POLICY_KINDS", "ChangedKinds", "ConfigMapReads", "StageMemo"]
 
 T = TypeVar("T")
 
@@ -71,11 +75,61 @@ class ChangedKinds:
         """Whether the changes are known and every one is of ``kinds``."""
         return self.kinds is not None and self.kinds <= kinds
 
+    def ignoring(self, kind: str, unread: Callable[[str], bool]) -> ChangedKinds:
+        """These changes without the objects of ``kind`` whose ``namespace/name`` is ``unread`` (rule 9)."""
+        if self.changed is None or self.kinds is None or kind not in self.kinds:
+            return self
+        kept = {(k, key): obj for (k, key), obj in self.changed.items() if k != kind or not unread(key)}
+        return self if len(kept) == len(self.changed) else ChangedKinds.of(kept)
+
     def objects(self, kind: str) -> Iterator[tuple[str, Mapping[str, Any] | None]]:
         """(``namespace/name``, the object now or None) of each changed object of ``kind``."""
         for (of_kind, key), obj in (self.changed or {}).items():
             if of_kind == kind:
                 yield key, obj
+
+
+class ConfigMapReads(Mapping[tuple[str, str], Mapping[str, Any]]):
+    """ConfigMaps by (namespace, name) that remember every key looked up, found or not (rule 9); iterating or
+    sizing the whole mapping counts as reading every ConfigMap."""
+
+    __slots__ = ("_by_key", "_read", "_read_all")
+
+    def __init__(self, by_key: Mapping[tuple[str, str], Mapping[str, Any]]) -> None:
+        self._by_key = by_key
+        self._read: set[tuple[str, str]] = set()
+        self._read_all = False
+
+    def __getitem__(self, key: tuple[str, str]) -> Mapping[str, Any]:
+        self._read.add(key)
+        return self._by_key[key]
+
+    def get(self, key: tuple[str, str], default: Any = None) -> Any:
+        self._read.add(key)
+        return self._by_key.get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        if isinstance(key, tuple):
+            self._read.add(key)
+        return key in self._by_key
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        self._read_all = True
+        return iter(self._by_key)
+
+    def __len__(self) -> int:
+        self._read_all = True
+        return len(self._by_key)
+
+    def __bool__(self) -> bool:  # ``maps or {}`` must not count as reading them all: an empty one reads the same
+        return True
+
+    def was_read(self, namespace_name: str) -> bool:
+        """Whether the ConfigMap ``namespace/name`` was looked up."""
+        if self._read_all:
+            return True
+        namespace, _, name = namespace_name.partition("/")
+        return (namespace, name) in self._read
 
 
 @dataclass(slots=True)

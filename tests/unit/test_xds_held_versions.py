@@ -1,0 +1,118 @@
+"""What a server session believes a client holds (session rules 11 and 12): a shared base set plus differences,
+checked against a plain dict model over random histories of pushes, reconnects and rebases."""
+
+from __future__ import annotations
+
+from google.protobuf import any_pb2
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ambit.api import discovery_pb2 as dpb
+from ambit.xds import session as session_module
+from ambit.xds.session import HeldVersions, ResourceSet, ServerSession, XdsResource
+from ambit.xds.snapshot_map import SnapshotMap
+
+A = "type.googleapis.com/istio.workload.Address"
+NAMES = [f"Kubernetes//Pod/ns/pod-{i:03d}" for i in range(40)]
+
+
+def _resource(name: str, version: str) -> XdsResource:
+    return XdsResource.built(name, version, any_pb2.Any())
+
+
+def _set(versions: dict[str, str]) -> ResourceSet:
+    return ResourceSet.build(_resource(n, v) for n, v in versions.items())
+
+
+def _versions(current: ResourceSet) -> dict[str, str]:
+    return {name: r.version for name, r in current.by_name.items()}
+
+
+# An edit: (name index, version or None to remove).
+edits = st.lists(st.tuples(st.integers(0, len(NAMES) - 1), st.one_of(st.none(), st.sampled_from("abc"))), max_size=12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(start=edits, rounds=st.lists(edits, max_size=8), rebase_after=st.integers(0, 6))
+def test_a_wildcard_session_holds_exactly_what_it_was_sent_and_shares_the_set(
+    start: list[tuple[int, str | None]], rounds: list[list[tuple[int, str | None]]], rebase_after: int
+) -> None:
+    original = session_module.REBASE_AFTER
+    session_module.REBASE_AFTER = rebase_after
+    try:
+        model: dict[str, str] = {NAMES[i]: v for i, v in start if v is not None}
+        current = _set(model)
+        session = ServerSession()
+        (opened,) = session.receive(dpb.DeltaDiscoveryRequest(type_url=A), current).deltas
+        client = {r.name: r.version for r in opened.resources}
+        for edit in rounds:
+            upserts = [_resource(NAMES[i], v) for i, v in edit if v is not None]
+            removed = [NAMES[i] for i, v in edit if v is None]
+            following = current.updated(upserts, removed)
+            changed = {r.name for r in upserts} | set(removed)
+            for delta in session.push(A, following, changed).deltas:
+                client.update((r.name, r.version) for r in delta.resources)
+                for name in delta.removed:
+                    client.pop(name)
+            current = following
+            assert client == _versions(current) == session.held(A)
+            state = session._types[A]
+            assert len(state.held) == len(client)
+            assert state.held.differences <= max(rebase_after, 0) + len(changed)
+    finally:
+        session_module.REBASE_AFTER = original
+
+
+@given(holds=st.dictionaries(st.sampled_from(NAMES), st.sampled_from("abc")), now=edits)
+def test_a_reconnect_is_sent_exactly_what_differs_and_then_holds_the_set(
+    holds: dict[str, str], now: list[tuple[int, str | None]]
+) -> None:
+    current = _set({NAMES[i]: v for i, v in now if v is not None})
+    wanted = _versions(current)
+    request = dpb.DeltaDiscoveryRequest(type_url=A, initial_resource_versions=holds)
+    (delta,) = ServerSession().receive(request, current).deltas
+    sent = [r.name for r in delta.resources]
+    assert sent == sorted(n for n, v in wanted.items() if holds.get(n) != v)  # nothing unchanged is resent
+    assert list(delta.removed) == sorted(set(holds) - set(wanted))
+
+
+def test_a_client_in_sync_holds_the_set_itself_not_a_copy() -> None:
+    current = _set({n: "a" for n in NAMES})
+    sessions = [ServerSession(prefix=f"s{k}") for k in range(3)]
+    for session in sessions:
+        session.receive(dpb.DeltaDiscoveryRequest(type_url=A), current)
+    following = current.updated([_resource(NAMES[0], "b")], [NAMES[1]])
+    for session in sessions:
+        session.push(A, following, {NAMES[0], NAMES[1]})
+        held = session._types[A].held
+        assert held.base is current and held.differences == 2  # the two names it was pushed
+        assert held.get(NAMES[0]) == "b" and NAMES[1] not in held and held.get(NAMES[2]) == "a"
+    reconnect = dpb.DeltaDiscoveryRequest(type_url=A, initial_resource_versions=_versions(following))
+    restarted = ServerSession()
+    (answer,) = restarted.receive(reconnect, following).deltas
+    assert not answer.resources and not answer.removed  # in sync: an empty answer, nothing resent
+    assert restarted._types[A].held.base is following and restarted._types[A].held.differences == 0
+
+
+def test_held_versions_rebase_keeps_the_content() -> None:
+    old = _set({"a": "1", "b": "1", "c": "1"})
+    new = old.updated([_resource("a", "2"), _resource("d", "1")], ["b"])
+    held = HeldVersions()
+    held.adopt(old)
+    held.set("a", "2")
+    held.discard("c")
+    held.set("e", "9")
+    before = dict(held.as_dict())
+    held.rebase(new)
+    assert held.base is new and dict(held.as_dict()) == before == {"a": "2", "b": "1", "e": "9"}
+    assert held.differences == 4  # b held though gone, c and d not held, e its own
+    assert len(held) == 3
+
+
+def test_the_changes_between_two_sets_are_found_once_and_cost_only_the_changed_buckets() -> None:
+    old = _set({n: "a" for n in NAMES})
+    new = old.updated([_resource(NAMES[3], "b"), _resource("extra", "a")], [NAMES[5]])
+    assert new.changed_since(old) == {NAMES[3], NAMES[5], "extra"}
+    assert new.changed_since(old) is new.changed_since(old)
+    mine, theirs = SnapshotMap.of({"x": 1, "y": 2}), SnapshotMap.of({"x": 1, "z": 3})
+    assert mine.differing_keys(theirs) == {"y", "z"}
