@@ -109,6 +109,9 @@ MAX_REQUEST_BYTES = 16 * 1024 * 1024
 node proxy reconnecting to a restarted control plane names every resource it holds with its version in its opening
 request (~60 bytes each: 100,000 workloads and 10,000 Services make ~6.5 MiB) so that nothing unchanged is sent
 again. A service sharing the server bounds its own messages below this (the CA: 1 MiB)."""
+MAX_TURNED_AWAY = 8
+"""Streams about to be refused or found unauthenticated whose first request is read at once (at most
+:data:`MAX_REQUEST_BYTES` each; :meth:`XdsService._let_land`)."""
 PUSHBACK_KEY = "grpc-retry-pushback-ms"
 """The trailer a refused stream's retry hint travels in (gRPC's server pushback)."""
 
@@ -245,6 +248,8 @@ class XdsService:
         self.send_budget = SendBudget(send_budget)
         self.admission = admission if admission is not None else Admission()
         self._draw = draw
+        self._turned_away = 0
+        """Refused or unauthenticated streams whose first request is being let land (:func:`_first_request`)."""
         self._sources: dict[str, ResourceSource] = {ADDRESS_TYPE_URL: source}
         if authorizations is not None:
             self._sources[AUTHORIZATION_TYPE_URL] = authorizations
@@ -300,7 +305,7 @@ class XdsService:
         decision = self.admission.arrive(self._timer(), self._draw())  # before authentication (admission rule 3)
         if isinstance(decision, Refuse):
             self.stats.refused += 1
-            await _first_request(request_iterator)
+            await self._let_land(request_iterator)
             await context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"xds: {decision.reason}, retry later",
@@ -314,11 +319,24 @@ class XdsService:
         finally:
             self.admission.leave()
 
+    async def _let_land(self, request_iterator: Any) -> None:
+        """The first request of a stream about to be turned away, let land (:func:`_first_request`) for at most
+        :data:`MAX_TURNED_AWAY` such streams at once: a request may be up to :data:`MAX_REQUEST_BYTES`, and a flood of
+        refused or unauthenticated streams must not make the server hold that much for each (the rest are aborted
+        at once; their clients may see a reset rather than the status)."""
+        if self._turned_away >= MAX_TURNED_AWAY:
+            return
+        self._turned_away += 1
+        try:
+            await _first_request(request_iterator)
+        finally:
+            self._turned_away -= 1
+
     async def _admitted(self, request_iterator: Any, context: Any) -> None:
         caller = await self._caller(tuple(context.invocation_metadata() or ()))
         if caller is None:
             self.stats.unauthenticated += 1
-            await _first_request(request_iterator)
+            await self._let_land(request_iterator)
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, "xds: a valid bearer token is required")
             return
         stream_id = next(self._ids)
