@@ -55,7 +55,8 @@ async def test_a_client_beyond_the_bound_is_refused_with_a_hint_and_the_served_o
         await first.client.start()
         await _until(lambda: first.client.synced)
         await second.client.start()
-        await _until(lambda: server.service.stats.refused >= 1)
+        # The server counts the refusal when the stream arrives; the client learns it once the status has come.
+        await _until(lambda: server.service.stats.refused >= 1 and bool(second.client.last_error))
         assert "RESOURCE_EXHAUSTED" in second.client.last_error and "too many xDS clients" in second.client.last_error
         assert len(authentications) == 1  # the refused stream cost no authentication
         started, connects = time.monotonic(), second.client.connects
