@@ -9,7 +9,8 @@
 - in this process, one endpoint (an HBONE server whose tunnels are answered by a tiny HTTP/1.1 server: every
   request gets a 1 KiB body) and a client: ``--tunnels`` HBONE tunnels to the echo Service's VIP through the
   waypoint, each carrying keep-alive HTTP/1.1 requests (``http1``) or one HTTP/2 connection with prior knowledge
-  (``http2``), one request at a time per tunnel, all paced together at ``--rate`` requests/s.
+  (``http2``; the waypoint still speaks HTTP/1.1 to the endpoint, whose port is declared HTTP), one request at
+  a time per tunnel, all paced together at ``--rate`` requests/s.
 
 A run ends after ``--requests`` requests or ``--seconds`` seconds, whichever comes first. Measured on the child,
 from ``/proc/<pid>/stat`` (user + system time) over the paced part only (start-up and warm-up excluded): CPU
@@ -18,11 +19,14 @@ the achieved rate, the client's p50/p99 latency, and the load average at the end
 
 CPU per request is steady even on a loaded machine (time the process did not get is not charged to it, and the
 work per request does not change), so this figure can be compared across commits while other jobs run; the
-latency and the achieved rate cannot. The client and endpoint are Python too: at high rates on a loaded machine
-they, not the waypoint, limit the achieved rate, which is why the rate is fixed and modest.
+latency and the achieved rate cannot. On a machine with more runnable work than cores it still drifts by some
+10-15% (caches and frequency are shared), so compare commits in alternating runs, several rounds each. The client
+and endpoint are Python too: at high rates on a loaded machine they, not the waypoint, limit the achieved rate,
+which is why the rate is fixed and modest.
 
-``--profile FILE`` runs the child under cProfile and writes its stats to ``FILE`` (``python -m pstats FILE``);
-with ``--top N`` the N entries of highest own time are printed. CPU under the profiler is not comparable.
+``--profile FILE`` runs the child under cProfile (timed by CPU time, not wall time) and writes its stats to
+``FILE`` (``python -m pstats FILE``); with ``--top N`` the N entries of highest own time are printed. CPU under
+the profiler is not comparable.
 """
 
 from __future__ import annotations
