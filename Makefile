@@ -6,7 +6,7 @@ UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
 STAMP := $(VENV)/.installed
 
 BYTECODE := $(VENV)/bin/python -m compileall -q -j 0 src tests bench >/dev/null
-.PHONY: install bytecode test demo lint bench bench-quick bench-apiserver bench-apiserver-quick bench-lab bench-cni bench-policy bench-policy-quick bench-l7 bench-l7-quick bench-dns bench-dns-quick bench-scale bench-scale-quick bench-node-state bench-startup bench-startup-quick bench-soak bench-soak-quick soak-rollout soak-rollout-long clean
+.PHONY: install bytecode test demo lint bench bench-quick bench-apiserver bench-apiserver-quick bench-lab bench-cni bench-policy bench-policy-quick bench-l7 bench-l7-quick bench-waypoint bench-dns bench-dns-quick bench-scale bench-scale-quick bench-node-state bench-startup bench-startup-quick bench-soak bench-soak-quick soak-rollout soak-rollout-long clean
 
 install: $(STAMP)
 
@@ -70,6 +70,9 @@ bench-l7: install  # root: the waypoint and ingress paths against L4, direct and
 
 bench-l7-quick: install  # root: the same, two short rounds (under 6 minutes)
 	$(VENV)/bin/python -m bench.l7 --quick
+
+bench-waypoint: install  # the waypoint's own process on loopback: CPU per 1,000 req/s and RSS, HTTP/1.1 and HTTP/2 (no root, no lab)
+	$(VENV)/bin/python -m bench.waypoint_loopback
 
 bench-dns: install  # the DNS proxy against dnsmasq, in a private netns (bench/results/dns.{md,json})
 	$(VENV)/bin/python -m bench.dns

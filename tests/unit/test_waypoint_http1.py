@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -242,3 +244,272 @@ def test_requests_survive_the_pair_unchanged(
     assert (started.head.method, started.head.path) == (method, path)
     assert list(started.head.headers[1:]) == headers
     assert b"".join(e.data for e in events if isinstance(e, BodyData)) == body
+
+
+# --- the llhttp reader: rules of http1_reader, and the writer's framing --------------------------------------------
+
+
+def _events_of(side: ServerSide | ClientSide, pieces: list[bytes], *, eof: bool = False) -> list[object]:
+    """Every event (and the error, if any) ``side`` gives for ``pieces`` fed one by one, cycling between messages."""
+    out: list[object] = []
+    try:
+        for piece in [*pieces, *([b""] if eof else [])]:
+            side.receive_data(piece)
+            while True:
+                event = side.next_event()
+                if event is Signal.NEED_DATA or event is Signal.CLOSED:
+                    break
+                if event is Signal.PAUSED:  # a server answers and goes on; a client's caller sends the next request
+                    if isinstance(side, ClientSide):
+                        break
+                    side.send_response(200, [("content-length", "0")])
+                    side.end_response()
+                    if not side.next_cycle():
+                        break
+                    continue
+                out.append(event)
+    except HttpProtocolError as exc:
+        out.append(("error", exc.status))
+    return _merged(out)
+
+
+def _merged(events: list[object]) -> list[object]:
+    """Adjacent body pieces joined: how a body is cut depends on how its bytes arrived."""
+    out: list[object] = []
+    for event in events:
+        if isinstance(event, BodyData) and out and isinstance(out[-1], BodyData):
+            out[-1] = BodyData(out[-1].data + event.data)
+        else:
+            out.append(event)
+    return out
+
+
+def _cuts(data: bytes, points: list[int]) -> list[bytes]:
+    marks = sorted({p % (len(data) + 1) for p in points} | {0, len(data)})
+    return [data[a:b] for a, b in itertools.pairwise(marks) if b > a]
+
+
+_REQUESTS = st.lists(
+    st.one_of(
+        st.builds(
+            lambda path, body: (
+                b"POST /%s HTTP/1.1\r\nhost: svc\r\ncontent-length: %d\r\nx-a: 1\r\n\r\n%s"
+                % (path.encode(), len(body), body)
+            ),
+            st.text(alphabet="abcxyz/", max_size=12),
+            st.binary(max_size=64),
+        ),
+        st.builds(
+            lambda chunks: (
+                b"PUT /c HTTP/1.1\r\nhost: svc\r\ntransfer-encoding: chunked\r\n\r\n"
+                + b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks if c)
+                + b"0\r\nx-trailer: t\r\n\r\n"
+            ),
+            st.lists(st.binary(min_size=1, max_size=20), max_size=4),
+        ),
+        st.just(b"GET /plain HTTP/1.1\r\nHost: svc\r\nAccept:  */*  \r\n\r\n"),
+    ),
+    min_size=1,
+    max_size=4,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_REQUESTS, st.lists(st.integers(min_value=0, max_value=10_000), max_size=12))
+def test_any_split_of_pipelined_requests_gives_the_events_of_one_chunk(
+    requests: list[bytes], points: list[int]
+) -> None:
+    data = b"".join(requests)
+    whole = _events_of(ServerSide(), [data])
+    assert _events_of(ServerSide(), _cuts(data, points)) == whole
+    assert sum(isinstance(e, RequestStarted) for e in whole) == len(requests)
+    assert sum(isinstance(e, MessageEnded) for e in whole) == len(requests)
+
+
+_RESPONSES = st.lists(
+    st.one_of(
+        st.builds(
+            lambda body: b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body),
+            st.binary(max_size=64),
+        ),
+        st.builds(
+            lambda chunks: (
+                b"HTTP/1.1 201 Created\r\ntransfer-encoding: chunked\r\n\r\n"
+                + b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks if c)
+                + b"0\r\n\r\n"
+            ),
+            st.lists(st.binary(min_size=1, max_size=20), max_size=4),
+        ),
+        st.just(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\nx-b: 2\r\n\r\n"),
+    ),
+    min_size=1,
+    max_size=3,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_RESPONSES, st.lists(st.integers(min_value=0, max_value=10_000), max_size=12))
+def test_any_split_of_responses_gives_the_events_of_one_chunk(responses: list[bytes], points: list[int]) -> None:
+    def client() -> ClientSide:
+        side = ClientSide()
+        side.send_request(RequestHead("GET", "/", "svc"))
+        side.end_request()
+        return side
+
+    def run(responses: list[list[bytes]]) -> list[object]:
+        side, out = client(), []
+        for pieces in responses:  # one request per response, as the waypoint sends them
+            out += _events_of(side, pieces)
+            if side.next_cycle():
+                side.send_request(RequestHead("GET", "/", "svc"))
+                side.end_request()
+        return _merged(out)
+
+    whole = run([[response] for response in responses])
+    assert run([_cuts(response, points) for response in responses]) == whole
+    assert sum(isinstance(e, ResponseStarted) for e in whole) == len(responses)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=2048), st.integers(min_value=1, max_value=64))
+def test_any_bytes_from_upstream_give_events_or_a_clean_upstream_error(data: bytes, cut: int) -> None:
+    client = ClientSide(max_head_bytes=1024)
+    client.send_request(RequestHead("GET", "/", "svc"))
+    client.end_request()
+    try:
+        for start in range(0, len(data), cut):
+            client.receive_data(data[start : start + cut])
+            drain(client)
+        client.receive_data(b"")
+        drain(client)
+    except HttpProtocolError as exc:
+        assert exc.upstream and exc.status == 503
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"GET / HTTP/1.1\r\nhost: a\r\nx-a: b\r\n folded\r\n\r\n",  # obsolete line folding
+        b"GET / HTTP/1.1\nhost: a\n\n",  # bare LF
+        b"POST / HTTP/1.1\r\nhost: a\r\ncontent-length: 3\r\ntransfer-encoding: chunked\r\n\r\n",
+        b"POST / HTTP/1.1\r\nhost: a\r\ncontent-length: 3\r\ncontent-length: 4\r\n\r\nabcd",
+        b"POST / HTTP/1.1\r\nhost: a\r\ntransfer-encoding: gzip\r\n\r\n",
+        b"GET / HTTP/1.1\r\nhost: a\r\nx: \x01\r\n\r\n",
+        b"POST / HTTP/1.1\r\nhost: a\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n",
+    ],
+)
+def test_smuggling_shapes_are_400(raw: bytes) -> None:
+    server = ServerSide()
+    server.receive_data(raw)
+    with pytest.raises(HttpProtocolError) as caught:
+        drain(server)
+    assert caught.value.status == 400
+
+
+def test_a_body_cut_short_by_eof_is_400() -> None:
+    server = ServerSide()
+    server.receive_data(b"POST / HTTP/1.1\r\nhost: a\r\ncontent-length: 10\r\n\r\nabc")
+    server.receive_data(b"")
+    with pytest.raises(HttpProtocolError) as caught:
+        drain(server)
+    assert caught.value.status == 400
+    with pytest.raises(HttpProtocolError):
+        server.receive_data(b"more")
+
+
+def test_a_pipelined_request_waits_until_the_next_cycle() -> None:
+    server = ServerSide()
+    server.receive_data(b"GET /1 HTTP/1.1\r\nhost: a\r\n\r\nGET /2 HTTP/1.1\r\nhost: a\r\n\r\n")
+    first = drain(server)
+    assert [type(e) for e in first] == [RequestStarted, MessageEnded]
+    assert server.next_event() is Signal.PAUSED and server.head_begun
+    server.send_response(200, [("content-length", "0")])
+    server.end_response()
+    assert server.next_cycle()
+    second = drain(server)
+    assert isinstance(second[0], RequestStarted) and second[0].head.path == "/2"
+
+
+def test_an_upgrade_answered_without_101_goes_on_as_http() -> None:
+    server = ServerSide()
+    upgrade = b"GET /ws HTTP/1.1\r\nhost: a\r\nconnection: upgrade\r\nupgrade: websocket\r\n\r\n"
+    server.receive_data(upgrade + b"GET /next HTTP/1.1\r\nhost: a\r\n\r\n")
+    started = drain(server)[0]
+    assert isinstance(started, RequestStarted) and started.upgrade
+    server.send_response(404, [("content-length", "0")])
+    server.end_response()
+    assert server.next_cycle()
+    following = drain(server)[0]
+    assert isinstance(following, RequestStarted) and following.head.path == "/next"
+    with pytest.raises(HttpProtocolError):
+        server.switched()
+
+
+def test_a_101_needs_an_upgrade_request() -> None:
+    server = ServerSide()
+    server.receive_data(b"GET / HTTP/1.1\r\nhost: a\r\n\r\n")
+    drain(server)
+    with pytest.raises(HttpProtocolError) as caught:
+        server.send_interim(101, [("upgrade", "websocket")])
+    assert caught.value.status == 502
+
+
+def test_the_answer_to_head_ends_with_its_head_and_the_connection_is_kept() -> None:
+    client = ClientSide()
+    client.send_request(RequestHead("HEAD", "/", "svc"))
+    client.end_request()
+    client.receive_data(
+        b"HTTP/1.1 200 OK\r\ncontent-length: 1024\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+    )
+    events = drain(client)
+    assert [type(e) for e in events] == [ResponseStarted, MessageEnded]
+    assert client.next_cycle()
+    client.send_request(RequestHead("GET", "/", "svc"))
+    client.end_request()
+    assert drain(client)[1] == BodyData(b"ok")
+
+
+def test_a_response_without_framing_ends_at_eof_and_is_not_kept() -> None:
+    client = ClientSide()
+    client.send_request(RequestHead("GET", "/", "svc"))
+    client.end_request()
+    client.receive_data(b"HTTP/1.1 200 OK\r\n\r\nsome")
+    assert [type(e) for e in drain(client)] == [ResponseStarted, BodyData]
+    client.receive_data(b"")
+    assert isinstance(client.next_event(), MessageEnded)
+    assert not client.next_cycle()
+
+
+def test_responses_are_framed_for_the_client() -> None:
+    old = ServerSide(authority="a:80")
+    old.receive_data(b"GET / HTTP/1.0\r\n\r\n")
+    drain(old)
+    head = old.send_response(200, [("x-a", "1")])
+    assert b"connection: close" in head and b"transfer-encoding" not in head
+    assert old.send_body(b"abc") == b"abc" and old.end_response() == b""
+    assert not old.next_cycle()
+    new = ServerSide()
+    new.receive_data(b"GET / HTTP/1.1\r\nhost: a\r\n\r\n")
+    drain(new)
+    assert b"transfer-encoding: chunked" in new.send_response(200, [])
+    assert new.send_body(b"abc") == b"3\r\nabc\r\n"
+    assert new.end_response([("x-t", "1")]) == b"0\r\nx-t: 1\r\n\r\n"
+    assert new.next_cycle()
+
+
+def test_a_response_body_that_disagrees_with_its_length_is_502() -> None:
+    server = ServerSide()
+    server.receive_data(b"GET / HTTP/1.1\r\nhost: a\r\n\r\n")
+    drain(server)
+    server.send_response(200, [("content-length", "2")])
+    with pytest.raises(HttpProtocolError) as caught:
+        server.send_body(b"abc")
+    assert caught.value.status == 502
+    with pytest.raises(HttpProtocolError):
+        ServerSide().send_response(200, [("x-bad", "a\r\nb")])
+
+
+def test_a_request_value_http1_cannot_carry_is_refused() -> None:
+    with pytest.raises(HttpProtocolError) as caught:
+        ClientSide().send_request(RequestHead("GET", "/", "svc", (("x-bad", "line\nbreak"),)))
+    assert caught.value.status == 400

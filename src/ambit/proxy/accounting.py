@@ -49,8 +49,9 @@ def traffic_labels(
     service: Service | None,
     mtls: bool,
     flags: str = "-",
+    request_protocol: str = "tcp",
 ) -> TrafficLabels:
-    """Istio's CommonTrafficLabels for one connection; principals only with mutual TLS."""
+    """Istio's CommonTrafficLabels for one connection (or request); principals only with mutual TLS."""
     return TrafficLabels(
         reporter=reporter,
         source_workload=source.workload_name or source.name if source else "",
@@ -72,6 +73,7 @@ def traffic_labels(
         destination_app=destination.canonical_name if destination else "",
         destination_version=destination.canonical_revision if destination else "",
         destination_cluster=destination.cluster_id if destination else "",
+        request_protocol=request_protocol,
         response_flags=flags,
         connection_security_policy=SecurityPolicy.MUTUAL_TLS if mtls else SecurityPolicy.UNKNOWN,
     )
@@ -104,9 +106,12 @@ class LabelsCache:
         destination: Workload | None,
         service: Service | None,
         mtls: bool,
+        flags: str = "-",
+        request_protocol: str = "tcp",
     ) -> TrafficLabels:
-        """The shared labels object equal to :func:`traffic_labels` of these, with the destination's identity."""
-        key = (reporter, mtls, id(source), id(source_identity), id(destination), id(service))
+        """The shared labels object equal to :func:`traffic_labels` of these, with the destination's identity
+        (a waypoint's requests also name their flags and protocol)."""
+        key = (reporter, mtls, id(source), id(source_identity), id(destination), id(service), flags, request_protocol)
         entry = self._entries.get(key)
         if entry is not None:
             return entry[0]
@@ -118,6 +123,8 @@ class LabelsCache:
             destination_identity=destination.identity if destination is not None else None,
             service=service,
             mtls=mtls,
+            flags=flags,
+            request_protocol=request_protocol,
         )
         if len(self._entries) >= self._limit:
             self._entries.clear()

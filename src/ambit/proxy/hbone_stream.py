@@ -11,9 +11,10 @@ wants to send is flushed to the transport. There is exactly one dispatch functio
 - ``read`` returns the next DATA chunk and only then tells the core the bytes are consumed, which is what
   reopens the peer's HTTP/2 window: a reader that stops reading stops the peer after one window, so memory per
   stream is bounded by the window, not by what the peer wants to send.
-- ``write`` hands the bytes to the core and waits while the core holds more than :data:`WRITE_BOUND` bytes it
-  could not frame yet (the peer's window is shut) or while the TLS transport's buffer is above its high-water
-  mark (``pause_writing``): backpressure runs end to end, from the far reader to our writer.
+- ``write`` hands the bytes to the core, which are flushed at the end of the loop iteration (the writes of one
+  iteration share a TLS record and a system call), and waits while the core holds more than :data:`WRITE_BOUND`
+  bytes it could not frame yet (the peer's window is shut) or while the TLS transport's buffer is above its
+  high-water mark (``pause_writing``): backpressure runs end to end, from the far reader to our writer.
 - Push mode (:class:`~ambit.proxy.streams.PushStream`, what the relay uses): DATA is handed to ``on_data`` as
   the session dispatches it, consumed at that moment like a ``read``; ``pause_reading`` holds further chunks
   (unconsumed, so the peer's window closes as in pull mode) until ``resume_reading``. ``write_nowait`` is
@@ -203,7 +204,7 @@ class HboneStream:
             return
         core = self._session.core
         core.send_data(self.stream_id, bytes(data))
-        self._session.flush()
+        self._session.flush_soon()
         while core.pending_bytes(self.stream_id) > WRITE_BOUND or self._session.write_paused:
             self._writer = self._session.loop.create_future()
             try:
@@ -424,6 +425,7 @@ class HboneSession(asyncio.Protocol):
         self._on_request = on_request
         self._read_pause = read_pause  # stop reading while writes are paused (the server side)
         self._reading_paused = False
+        self._flush_due = False  # a flush is scheduled for the end of this loop iteration (flush_soon)
         self._on_stream_failed = on_stream_failed
         """Called with the id of each stream reset (either way) or lost with the connection."""
         self.clock = clock
@@ -513,6 +515,17 @@ class HboneSession(asyncio.Protocol):
         data = self.core.data_to_send()
         if data and self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
+
+    def flush_soon(self) -> None:
+        """Flush once the callbacks ready now have run: what the streams write in one loop iteration (a response
+        head and its body, several tunnels' answers) leaves in one TLS write, one record and one system call."""
+        if not self._flush_due:
+            self._flush_due = True
+            self.loop.call_soon(self._flush_scheduled)
+
+    def _flush_scheduled(self) -> None:
+        self._flush_due = False
+        self.flush()
 
     def add_stream(self, stream_id: int) -> HboneStream:
         stream = HboneStream(self, stream_id)

@@ -9,7 +9,6 @@ random numbers). :class:`Tunnel` is one accepted CONNECT: its target (what the c
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import random as _random
 import time
 from collections.abc import Callable, Sequence
@@ -19,7 +18,7 @@ from ambit.model.identity import SpiffeId
 from ambit.model.ingress import ForwardClientCert
 from ambit.model.state import WorkloadState
 from ambit.model.workload import Service, Workload
-from ambit.proxy.accounting import traffic_labels
+from ambit.proxy.accounting import LabelsCache, traffic_labels
 from ambit.telemetry.accesslog import AccessLog
 from ambit.telemetry.metrics import Reporter, TrafficLabels
 from ambit.waypoint.authorization import WaypointAuthorizer
@@ -84,6 +83,11 @@ class WaypointContext:
     """Per Service/subset with a ``maxConnections``: where requests over it wait for one to finish."""
     background: set[asyncio.Task[None]] = field(default_factory=set)
     """Tasks that outlive the request that started them (mirrored copies); cancelled when the waypoint stops."""
+    labels: LabelsCache = field(init=False)
+    """Each request's metric labels, by its ends, flags and protocol (built once, not per request)."""
+
+    def __post_init__(self) -> None:
+        self.labels = LabelsCache(self.metrics)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,11 +113,28 @@ class Tunnel:
     """The client certificate the gateway verified on this connection (mutual TLS), else None."""
 
     def labels(
-        self, destination: Workload | None, service: Service | None, *, flags: str = "-", protocol: str = "http"
+        self,
+        destination: Workload | None,
+        service: Service | None,
+        *,
+        flags: str = "-",
+        protocol: str = "http",
+        cache: LabelsCache | None = None,
     ) -> TrafficLabels:
         """Istio's labels for one request (or TCP connection) of this tunnel, reporter="waypoint" (or the
-        gateway's)."""
-        labels = traffic_labels(
+        gateway's); from ``cache`` (the context's) when given."""
+        if cache is not None:
+            return cache.labels(
+                self.reporter,
+                source=self.source,
+                source_identity=self.peer_identity,
+                destination=destination,
+                service=service,
+                mtls=self.mtls,
+                flags=flags,
+                request_protocol=protocol,
+            )
+        return traffic_labels(
             self.reporter,
             source=self.source,
             source_identity=self.peer_identity,
@@ -122,5 +143,5 @@ class Tunnel:
             service=service,
             mtls=self.mtls,
             flags=flags,
+            request_protocol=protocol,
         )
-        return dataclasses.replace(labels, request_protocol=protocol)

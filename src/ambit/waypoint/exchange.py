@@ -449,7 +449,9 @@ def account(
     service = outcome.service or (endpoint.service if endpoint is not None else None)
     if service is None and isinstance(tunnel.target, ServiceTarget) and endpoint is None:
         service = tunnel.target.service
-    labels = tunnel.labels(destination, service, flags=outcome.flags, protocol="grpc" if grpc else "http")
+    labels = tunnel.labels(
+        destination, service, flags=outcome.flags, protocol="grpc" if grpc else "http", cache=ctx.labels
+    )
 
     def attributes() -> RequestAttributes:
         source_ip, _, source_port = tunnel.peer_addr.rpartition(":")

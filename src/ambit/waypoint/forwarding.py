@@ -53,6 +53,7 @@ Rules:
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 from collections.abc import Callable, Sequence
@@ -179,7 +180,10 @@ class _Exchange:
         self.connector = connector
         self.plan, self.first, self.outcome, self.body = plan, endpoint, outcome, body
         self.machine = retries.RetryMachine(plan.retry, plan.timeouts, ctx.clock())
-        self.queue: asyncio.Queue[retries.Event | _Failed] = asyncio.Queue()
+        self.inbox: collections.deque[retries.Event | _Failed] = collections.deque()
+        """What the tries and timers posted for :meth:`run`, its only reader (no ``asyncio.Queue``: one future per
+        wait is all it needs)."""
+        self.waiting: asyncio.Future[None] | None = None
         self.task: asyncio.Task[None] | None = None
         self.verdict: asyncio.Future[None] | None = None
         self.request_timer: asyncio.TimerHandle | None = None
@@ -200,7 +204,13 @@ class _Exchange:
                     await self._carry_out(command)
                 if self.machine.done:
                     break
-                item = await self.queue.get()
+                while not self.inbox:
+                    self.waiting = asyncio.get_running_loop().create_future()
+                    try:
+                        await self.waiting
+                    finally:
+                        self.waiting = None
+                item = self.inbox.popleft()
                 if isinstance(item, _Failed):
                     raise item.error
                 if isinstance(item, retries.ResponseCompleted):
@@ -218,7 +228,9 @@ class _Exchange:
         return not self.aborted and self.outcome.status != 101
 
     def _post(self, item: retries.Event | _Failed) -> None:
-        self.queue.put_nowait(item)
+        self.inbox.append(item)
+        if self.waiting is not None and not self.waiting.done():
+            self.waiting.set_result(None)
 
     def _arm(self, deadline: float, event: Callable[[float], retries.Event]) -> asyncio.TimerHandle:
         """Rule 2: post ``event(now)`` at ``deadline`` on the context's clock."""

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import uuid
 from collections.abc import Callable
@@ -137,11 +136,14 @@ async def _exchange(ctx: WaypointContext, tunnel: Tunnel, down: Downstream, star
     request_id = head.header("x-request-id")
     if not request_id:
         request_id = str(uuid.uuid4())
-        head = dataclasses.replace(head, headers=(*head.headers, ("x-request-id", request_id)))
+        head = RequestHead(  # not dataclasses.replace: this runs for every request
+            head.method, head.path, head.authority, (*head.headers, ("x-request-id", request_id)), head.scheme
+        )
+        started = RequestStarted(head, started.version, started.upgrade, started.has_body)
     outcome = Outcome(request_id)
     grpc = (head.header("content-type") or "").startswith("application/grpc")
     try:
-        keep = await _handle(ctx, tunnel, down, dataclasses.replace(started, head=head), outcome)
+        keep = await _handle(ctx, tunnel, down, started, outcome)
     except HttpProtocolError as exc:  # the client's body broke HTTP/1.1
         outcome.error, outcome.status = exc.reason, exc.status
         if not down.server.response_started:

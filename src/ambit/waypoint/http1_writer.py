@@ -1,0 +1,123 @@
+"""HTTP/1.1 messages written as bytes, sans-IO: heads checked and serialized, bodies framed.
+
+Theory of operation: :func:`request_head` and :func:`response_head` turn a head into bytes after checking every
+token and value (a rewritten header may carry anything); :func:`body_framing` reads how a head frames its body
+and a :class:`BodyWriter` frames the pieces and checks their sum. Misuse (a value HTTP/1.1 cannot carry, a body
+longer or shorter than its ``Content-Length``) raises :class:`FramingError`; each side of
+:mod:`ambit.waypoint.http1` turns it into its own :class:`~ambit.waypoint.errors.HttpProtocolError`.
+
+Rules:
+
+1. Names are tokens; values are visible latin-1 characters with single blanks or tabs inside, none at either end;
+   a request target is visible characters; a method is a token; a status has three digits.
+2. ``Transfer-Encoding`` may only say ``chunked``, and wins over a ``Content-Length`` (which is then dropped);
+   several ``Content-Length`` values must agree.
+3. A body is framed by its ``Content-Length`` (exactly that many bytes), chunked, not at all (``HEAD`` answers,
+   204, 304, 1xx: no byte may be sent) or by the connection's close (an answer to an HTTP/1.0 client without a
+   length). Trailers need chunked framing.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Iterable, Sequence
+
+_TOKEN = re.compile(r"[-!#$%&'*+.^_`|~0-9A-Za-z]+")
+_VALUE = re.compile(r"(?:[\x21-\x7e\x80-\xff](?:[ \t]*[\x21-\x7e\x80-\xff])*)?")
+_TARGET = re.compile(r"[\x21-\x7e\x80-\xff]+")
+
+
+class FramingError(Exception):
+    """What we were asked to write is not valid HTTP/1.1 (rules 1-3)."""
+
+
+class Framing(enum.Enum):
+    LENGTH = "content-length"
+    CHUNKED = "chunked"
+    NONE = "none"
+    CLOSE = "until close"
+
+
+def _fields(headers: Iterable[tuple[str, str]]) -> bytes:
+    lines = []
+    for name, value in headers:
+        if not _TOKEN.fullmatch(name) or not _VALUE.fullmatch(value):
+            raise FramingError(f"illegal header {name!r}: {value!r}")
+        lines.append(f"{name}: {value}\r\n")
+    return "".join(lines).encode("latin-1")
+
+
+def request_head(method: str, target: str, headers: Iterable[tuple[str, str]]) -> bytes:
+    if not _TOKEN.fullmatch(method):
+        raise FramingError(f"illegal method {method!r}")
+    if not _TARGET.fullmatch(target):
+        raise FramingError(f"illegal request target {target!r}")
+    return f"{method} {target} HTTP/1.1\r\n".encode("latin-1") + _fields(headers) + b"\r\n"
+
+
+def response_head(status: int, reason: str, headers: Iterable[tuple[str, str]]) -> bytes:
+    if not 100 <= status <= 999:
+        raise FramingError(f"illegal status {status}")
+    phrase = reason.encode("latin-1", "replace")
+    if b"\r" in phrase or b"\n" in phrase:
+        raise FramingError(f"illegal reason phrase {reason!r}")
+    return b"HTTP/1.1 %d %s\r\n" % (status, phrase) + _fields(headers) + b"\r\n"
+
+
+def body_framing(headers: Sequence[tuple[str, str]]) -> tuple[Framing | None, int, list[tuple[str, str]]]:
+    """How ``headers`` frame a body (rule 2): ``(LENGTH, n, headers)``, ``(CHUNKED, 0, headers without any
+    Content-Length)``, or ``(None, 0, headers)`` when they say nothing."""
+    lengths = {v.strip() for n, v in headers if n == "content-length"}
+    codings = [v for n, v in headers if n == "transfer-encoding"]
+    if codings:
+        if len(codings) > 1 or codings[0].strip().lower() != "chunked":
+            raise FramingError("only Transfer-Encoding: chunked is supported")
+        return Framing.CHUNKED, 0, [(n, v) for n, v in headers if n != "content-length"]
+    if not lengths:
+        return None, 0, list(headers)
+    length = lengths.pop()
+    if lengths or not length.isascii() or not length.isdigit():
+        raise FramingError("conflicting or malformed Content-Length")
+    return Framing.LENGTH, int(length), list(headers)
+
+
+def connection_tokens(headers: Iterable[tuple[str, str]]) -> set[str]:
+    """The options of every ``Connection`` header, lower-cased."""
+    tokens: set[str] = set()
+    for name, value in headers:
+        if name == "connection":
+            tokens.update(part.strip().lower() for part in value.split(",") if part.strip())
+    return tokens
+
+
+class BodyWriter:
+    """The body of one outgoing message, framed as its head said (rule 3)."""
+
+    __slots__ = ("framing", "remaining")
+
+    def __init__(self, framing: Framing, length: int = 0) -> None:
+        self.framing = framing
+        self.remaining = length
+
+    def data(self, data: bytes) -> bytes:
+        framing = self.framing
+        if framing is Framing.CHUNKED:
+            return b"%x\r\n%s\r\n" % (len(data), data)
+        if framing is Framing.LENGTH:
+            if len(data) > self.remaining:
+                raise FramingError("too much data for declared Content-Length")
+            self.remaining -= len(data)
+            return data
+        if framing is Framing.CLOSE:
+            return data
+        raise FramingError("this message has no body")
+
+    def end(self, trailers: Sequence[tuple[str, str]] = ()) -> bytes:
+        if self.framing is Framing.CHUNKED:
+            return b"0\r\n" + _fields(trailers) + b"\r\n"
+        if trailers:
+            raise FramingError("trailers need chunked framing")
+        if self.framing is Framing.LENGTH and self.remaining:
+            raise FramingError("too little data for declared Content-Length")
+        return b""
