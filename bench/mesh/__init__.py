@@ -11,7 +11,7 @@ new connections per second with a 1-byte echo, pooled (the node proxies' default
 stream on a pooled mutual-TLS connection); the same with cold handshakes (the node proxies restarted with
 ``--pool-max-streams=1 --pool-idle-timeout=0``, so each connection is a full mutual-TLS handshake; ambit against
 direct, stunnel and haproxy-tls, then the proxies are restarted with their defaults); held idle connections
-(proxy RSS per connection); proxy memory (RSS idle and peak).
+(proxy RSS per connection); proxy memory (RSS idle and peak, per proxy process: one per node).
 
 Modules:
 
