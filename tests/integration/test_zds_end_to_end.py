@@ -194,3 +194,46 @@ async def test_a_pending_pod_deleted_is_no_longer_retried(server: ZdsServer) -> 
         await wait_until(lambda: client.ready)
     finally:
         await client.aclose()
+
+
+class StopHeldPods(FakePods):
+    """A pod handler whose ``stop`` waits until released, so the agent can go away while a Del is handled."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stopping = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def stop(self, uid: str) -> None:
+        self.stopping.set()
+        await self.release.wait()
+        await super().stop(uid)
+
+
+async def test_an_agent_gone_before_the_dels_ack_is_reconnected_to(tmp_path: Path) -> None:
+    """Seen on the lab (a node agent's DaemonSet deleted just after one of its pods was): the agent closed its end
+    while the node proxy stopped the deleted pod, the Del's ack then failed with EPIPE, and that error ended the
+    client's task: the node proxy never connected to the next agent and no pod of its node could start."""
+    path = tmp_path / "ztunnel.sock"
+    pods = StopHeldPods()
+    server = ZdsServer(path)
+    await server.start()
+    client = ZdsClient(path, pods, backoff_max=0.05)
+    await client.start()
+    try:
+        await wait_until(lambda: client.ready)
+        await server.add("uid-a", NETNS, WEB)
+        deleting = asyncio.create_task(server.delete("uid-a"))
+        await asyncio.wait_for(pods.stopping.wait(), 5)
+        deleting.cancel()
+        await server.aclose()  # the agent stops while the proxy is still stopping the pod
+        pods.release.set()
+        await wait_until(lambda: pods.stopped == ["uid-a"])
+        server = ZdsServer(path)
+        await server.start()
+        await wait_until(lambda: client.connects == 2 and client.ready)
+        await server.add("uid-b", NETNS, WEB)  # the new agent's pod reaches the proxy
+        assert [uid for uid, _, _ in pods.opened] == ["uid-a", "uid-b"]
+    finally:
+        await client.aclose()
+        await server.aclose()

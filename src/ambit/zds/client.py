@@ -5,6 +5,10 @@ exponential back-off (10 ms doubling to 15 s, reset after each successful connec
 session says hello, then every datagram goes through the session; :class:`OpenPodListeners` and
 :class:`StopPodProxy` go to the :class:`PodHandler`, whose answer goes back into the session (ok → Ack, raise →
 nack). The session outlives connections: pods keep running across reconnects until a snapshot drops them.
+Whatever ends a connection, the task connects again: end of stream, a failed receive, a send that fails because the
+agent closed its end while a pod command ran (EPIPE on the Del's ack: the agent stopping just after a pod was
+deleted), or any other error (logged with its traceback, then the back-off): a node proxy without its agent can
+take no pod, so the loop must never end but by ``aclose``.
 
 fd ownership: the netns fd of an Add is lent to the handler for the duration of ``open_listeners`` and closed here
 afterwards; a handler that needs it longer dups it. When the handler fails, the pod is nacked and kept pending
@@ -36,6 +40,8 @@ log = logging.getLogger("ambit.zds.client")
 BACKOFF_INITIAL = 0.01
 BACKOFF_MAX = 15.0
 PENDING_RETRY = 5.0
+DEFECT_PAUSE = 1.0
+"""Seconds before connecting again after a connection ended by an unexpected error (not a plain disconnect)."""
 """Seconds between retries of pods whose listeners failed (spec §3.3: kept pending, retried every 5 s)."""
 
 
@@ -138,7 +144,10 @@ class ZdsClient:
                     self.retries += 1
                     log.info("pod %s: listeners open after a retry", uid)
                     if self._sock is not None and not self._sock.closed:
-                        await self._apply(self._sock, self.session.listeners_opened(uid))
+                        try:
+                            await self._apply(self._sock, self.session.listeners_opened(uid))
+                        except OSError as exc:  # the agent is gone: the connection's reader reconnects
+                            log.info("pod %s: could not tell the agent: %s", uid, exc)
                     else:
                         self.session.listeners_opened(uid)
 
@@ -156,6 +165,11 @@ class ZdsClient:
             self._sock = sock
             try:
                 await self._serve(sock)
+            except OSError as exc:  # e.g. an ack sent after the agent closed its end (EPIPE)
+                log.info("connection to %s failed: %s", self.socket_path, exc)
+            except Exception:  # a defect must not leave the node proxy without its agent for good
+                log.exception("ZDS connection to %s ended by an unexpected error", self.socket_path)
+                await self._sleep(min(DEFECT_PAUSE, self._backoff[1]))  # not a hot loop if it recurs
             finally:
                 sock.close()
                 self.session.connection_lost()
