@@ -221,8 +221,9 @@ class _Exchange:
                 if timer is not None:
                     timer.cancel()
             try:
-                if self.completed and self.task is not None:
-                    await asyncio.wait([self.task])  # it ends on its own (a 101 relays first: rule 6)
+                task = self.task
+                if self.completed and task is not None and not task.done():
+                    await asyncio.wait([task])  # it ends on its own (a 101 relays first: rule 6)
             finally:
                 await self._stop_try()  # nothing left to stop, unless the exchange failed or was cancelled
         return not self.aborted and self.outcome.status != 101
@@ -232,20 +233,25 @@ class _Exchange:
         if self.waiting is not None and not self.waiting.done():
             self.waiting.set_result(None)
 
-    def _arm(self, deadline: float, event: Callable[[float], retries.Event]) -> asyncio.TimerHandle:
-        """Rule 2: post ``event(now)`` at ``deadline`` on the context's clock."""
-        clock = self.ctx.clock
-        return asyncio.get_running_loop().call_later(max(deadline - clock(), 0.0), lambda: self._post(event(clock())))
+    def _arm(self, deadline: float, callback: Callable[..., None], *args: object) -> asyncio.TimerHandle:
+        """Rule 2: one timer handle calling ``callback(*args)`` at ``deadline`` on the context's clock."""
+        return asyncio.get_running_loop().call_later(max(deadline - self.ctx.clock(), 0.0), callback, *args)
+
+    def _request_timed_out(self) -> None:
+        self._post(retries.RequestTimedOut())
+
+    def _try_timed_out(self, attempt: int) -> None:
+        self._post(retries.AttemptTimedOut(attempt, self.ctx.clock()))
 
     async def _carry_out(self, command: retries.Command) -> None:
         match command:
             case retries.ArmRequestTimer(deadline=deadline):
-                self.request_timer = self._arm(deadline, lambda now: retries.RequestTimedOut())
+                self.request_timer = self._arm(deadline, self._request_timed_out)
             case retries.StartAttempt(attempt=attempt, delay=delay):
                 await self._stop_try()
                 self.task = asyncio.get_running_loop().create_task(self._try(attempt, delay))
             case retries.ArmAttemptTimer(attempt=attempt, deadline=deadline):
-                self.try_timer = self._arm(deadline, lambda now: retries.AttemptTimedOut(attempt, now))
+                self.try_timer = self._arm(deadline, self._try_timed_out, attempt)
             case retries.CancelAttempt():
                 await self._stop_try()
             case retries.ForwardResponse():
