@@ -40,14 +40,16 @@ import operator
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-
-from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from typing import TYPE_CHECKING
 
 from ambit.model.metric_overrides import RequestAttributes, ServiceMetrics
 from ambit.telemetry.access_sink import AccessSink
 from ambit.telemetry.flows import Flow, FlowRing, request_verdict
 from ambit.telemetry.metrics import LABEL_NAMES, UNKNOWN, LabelValues, ProxyMetrics, TrafficLabels
 from ambit.waypoint.metric_overrides import NO_PLANS, FamilyPlan, MetricPlans, Pairs, compile_overrides
+
+if TYPE_CHECKING:  # prometheus_client is imported by the first scrape, as the node proxy's metrics do
+    from prometheus_client.metrics_core import Metric
 
 BUILD_COMPONENT = "ambit-waypoint"
 REQUEST_LABELS = (*LABEL_NAMES, "response_code", "grpc_response_status")
@@ -187,6 +189,8 @@ class WaypointMetrics(ProxyMetrics):
         histogram.observe(value)
 
     def _families(self) -> Iterator[Metric]:
+        from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
         for family in super()._families():
             if family.name == "istio_build":
                 build = GaugeMetricFamily("istio_build", "Istio component build info", labels=["component", "tag"])
