@@ -3,34 +3,11 @@
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 
+from ambit.telemetry.log_format import LOG_FORMAT, LogFormatter
+
 __all__ = ["LOG_FORMAT", "LogFormatter", "configure_logging"]
-
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-
-
-class LogFormatter(logging.Formatter):
-    """:data:`LOG_FORMAT`'s formatter, with each second's date and time formatted once, not once per record.
-
-    The node proxy writes an access-log line per connection, so ``localtime`` plus ``strftime`` per line would
-    count in its cost per connection. The text is the standard formatter's exactly.
-    """
-
-    def __init__(self) -> None:
-        super().__init__(LOG_FORMAT)
-        self._second = -1
-        self._second_text = ""
-
-    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
-        if datefmt or not self.default_msec_format:
-            return super().formatTime(record, datefmt)
-        second = int(record.created)
-        if second != self._second:
-            self._second_text = time.strftime(self.default_time_format, self.converter(record.created))
-            self._second = second
-        return self.default_msec_format % (self._second_text, record.msecs)
 
 
 def configure_logging(filename: Path | None = None) -> None:

@@ -459,6 +459,7 @@ class NodeProxy:
         if isinstance(self.ca, IstiodCaClient):
             await self.ca.aclose()
         await self.endpoints.aclose()
+        self.context.access_log.flush()  # the last connections' lines
 
 
 async def run_node_proxy(settings: NodeProxySettings) -> None:

@@ -20,8 +20,11 @@ or one JSON object with the same dotted keys plus ``"message"``. Rules:
 - A record with an ``error`` is a ``connection failed`` line, written at WARNING; others at INFO.
 
 The sink is a plain :class:`logging.Logger` (``"access"`` by default), so levels and handlers are the
-application's logging configuration, not ours. With a ``flows`` ring (:class:`~ambit.telemetry.flows.FlowRing`),
-every record also goes there, whatever the log level, for ``GET /flows`` on the admin port (``ambit flows``).
+application's logging configuration, not ours; lines reach it through an
+:class:`~ambit.telemetry.access_sink.AccessSink`, which batches them per event-loop iteration and writes them past
+the ``logging`` machinery when the process's plain stream handler is the only one listening (the same bytes).
+With a ``flows`` ring (:class:`~ambit.telemetry.flows.FlowRing`), every record also goes there, whatever the log
+level, for ``GET /flows`` on the admin port (``ambit flows``).
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ import logging
 import operator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from ambit.telemetry.access_sink import AccessSink
 
 if TYPE_CHECKING:
     from ambit.telemetry.flows import FlowRing
@@ -163,13 +168,14 @@ def format_access_log(record: ConnectionRecord, *, json: bool = False) -> str:
 
 
 class AccessLog:
-    """Writes :class:`ConnectionRecord` lines to a logger: INFO when complete, WARNING with an error."""
+    """Writes :class:`ConnectionRecord` lines to a logger: INFO when complete, WARNING with an error, through an
+    :class:`~ambit.telemetry.access_sink.AccessSink` (batched per loop iteration; :meth:`flush` when stopping)."""
 
     def __init__(
         self, *, json: bool = False, logger: logging.Logger | None = None, flows: FlowRing | None = None
     ) -> None:
         self._json = json
-        self._logger = logger if logger is not None else logging.getLogger("access")
+        self.sink = AccessSink(logger if logger is not None else logging.getLogger("access"))
         self.flows = flows
 
     def write(self, record: ConnectionRecord, flag: str = "") -> None:
@@ -177,9 +183,10 @@ class AccessLog:
         if self.flows is not None:
             self.flows.add(record, flag)
         level = logging.WARNING if record.error else logging.INFO
-        logger = self._logger
-        if logger.isEnabledFor(level):  # skip formatting when nobody listens
-            # The log record is made here rather than by ``logger.log``, which walks the stack to find its caller
-            # (a visible share of the proxy's CPU per connection): the caller of an access line is always this.
-            line = format_access_log(record, json=self._json)
-            logger.handle(logger.makeRecord(logger.name, level, __file__, 0, line, (), None, "write"))
+        sink = self.sink
+        if sink.enabled(level):  # skip formatting when nobody listens
+            sink.emit(level, format_access_log(record, json=self._json))
+
+    def flush(self) -> None:
+        """Write the lines still waiting in the batch."""
+        self.sink.flush()

@@ -33,7 +33,7 @@ import math
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from ambit.errors import AmbitError
 from ambit.telemetry.accesslog import ConnectionRecord
@@ -130,7 +130,7 @@ class FlowRing:
     def __init__(self, capacity: int = DEFAULT_CAPACITY, *, clock: Callable[[], float] = time.time) -> None:
         if capacity < 1:
             raise ValueError("a flow ring holds at least one flow")
-        self._ring: collections.deque[tuple[int, float, ConnectionRecord | Flow, str]] = collections.deque(
+        self._ring: collections.deque[tuple[int, float, ConnectionRecord | Flow | FlowSource, str]] = collections.deque(
             maxlen=capacity
         )
         self._seq = 0
@@ -144,8 +144,10 @@ class FlowRing:
         self._seq += 1
         self._ring.append((self._seq, self._clock(), record, flag))
 
-    def add_request(self, flow: Flow) -> None:
-        """A request (a waypoint's): ``flow`` as the waypoint saw it; its ``seq`` and ``time`` are set here."""
+    def add_request(self, flow: Flow | FlowSource) -> None:
+        """A request (a waypoint's): ``flow`` as the waypoint saw it, or what makes it when a page is read (the
+        record the access log made anyway: nothing is converted on the hot path); ``seq`` and ``time`` are set
+        here."""
         self._seq += 1
         self._ring.append((self._seq, self._clock(), flow, ""))
 
@@ -173,9 +175,17 @@ def request_verdict(response_code: int, flag: str) -> str:
     return "allowed"
 
 
-def _flow(seq: int, when: float, record: ConnectionRecord | Flow, flag: str) -> Flow:
+class FlowSource(Protocol):
+    """A record that knows its flow (a waypoint's request record); asked only when a page is read."""
+
+    def flow(self) -> Flow: ...
+
+
+def _flow(seq: int, when: float, record: ConnectionRecord | Flow | FlowSource, flag: str) -> Flow:
     if isinstance(record, Flow):
         return dataclasses.replace(record, seq=seq, time=when)
+    if not isinstance(record, ConnectionRecord):
+        return dataclasses.replace(record.flow(), seq=seq, time=when)
     return Flow(
         seq=seq,
         time=when,

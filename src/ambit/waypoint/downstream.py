@@ -11,7 +11,9 @@ per HTTP/2 stream.
 client's bytes only when h11 needs them, so a client can make the waypoint hold one request head (bounded by
 ``max_head_bytes``) plus one read, never a queue of pipelined requests. Reads are bounded in time (``idle_timeout``
 per read, ``head_timeout`` for the rest of a head once it began); a write that the client does not take within
-``idle_timeout`` fails with :class:`DownstreamGoneError`. Both the request loop
+``idle_timeout`` fails with :class:`DownstreamGoneError`. Its reads and its writes are bounded by one
+:class:`~ambit.waypoint.idle.OperationBound` each (one timer for many operations; :meth:`Downstream.close` when the
+tunnel ends). Both the request loop
 (:mod:`ambit.waypoint.http1_proxy`) and the tries of a forwarded request (:mod:`ambit.waypoint.forwarding`) use
 it, one at a time: a read cancelled by a timer loses nothing (the byte stream keeps what it did not hand out, and
 a chunk handed out is fed to h11 before the next await).
@@ -37,6 +39,7 @@ from ambit.waypoint.context import WaypointContext
 from ambit.waypoint.destinations import Endpoint
 from ambit.waypoint.envoy_patches import apply_header_ops
 from ambit.waypoint.http1 import Event, ServerSide, Signal
+from ambit.waypoint.idle import OperationBound
 
 
 class HeadTimeoutError(Exception):
@@ -82,10 +85,16 @@ class RequestSide(Protocol):
 class Downstream:
     """The client's end over HTTP/1.1: its tunnel and the h11 server side, read only when h11 needs bytes."""
 
-    __slots__ = ("_ctx", "server", "stream")
+    __slots__ = ("_ctx", "_reads", "_writes", "server", "stream")
 
     def __init__(self, ctx: WaypointContext, stream: ByteStream, server: ServerSide) -> None:
         self._ctx, self.stream, self.server = ctx, stream, server
+        self._reads, self._writes = OperationBound(), OperationBound()
+
+    def close(self) -> None:
+        """The tunnel is done: no timer of its reads or writes outlives it."""
+        self._reads.close()
+        self._writes.close()
 
     async def next_event(self, *, head: bool = False) -> Event:
         """The next event; waiting for a head, the first byte may take ``idle_timeout`` and the rest of the head
@@ -99,8 +108,7 @@ class Downstream:
             try:
                 if timeout <= 0:
                     raise TimeoutError
-                async with asyncio.timeout(timeout):
-                    data = await self.stream.read()
+                data = await self._reads.run(self.stream.read(), timeout)
             except TimeoutError:
                 if head:
                     raise HeadTimeoutError(started) from None
@@ -114,8 +122,7 @@ class Downstream:
     async def write(self, data: bytes) -> None:
         if data:
             try:
-                async with asyncio.timeout(self._ctx.limits.idle_timeout):
-                    await self.stream.write(data)
+                await self._writes.run(self.stream.write(data), self._ctx.limits.idle_timeout)
             except TimeoutError:  # a client that stops reading does not hold the tunnel forever
                 raise DownstreamGoneError("client stopped reading") from None
             except (AmbitError, OSError) as exc:

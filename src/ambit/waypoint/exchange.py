@@ -212,8 +212,7 @@ async def serve_request(
         service = find_backend_service(ctx.state, decision.backend)
         outcome.service = service
         port = decision.backend.port
-        request, response_ops = decision.request, route_ops + filter_ops
-        plan = dataclasses.replace(plan, response_ops=response_ops)  # rule 7: the router's own answers too
+        request, response_ops = decision.request, route_ops + filter_ops  # rule 7: the router's own answers too
         if patches.routes:  # rule 6: virtual-host and route-configuration header merges
             request = edit_request(request, patches.route_request_ops(hostname, listened))
         patched_h2 = (
@@ -232,7 +231,7 @@ async def serve_request(
                 b"",
                 outcome,
                 flags="NC",
-                edits=plan.response_ops,
+                edits=response_ops,
                 route=decision.response_headers,
             )
             outcome.error = backend.reason

@@ -1,15 +1,20 @@
 """One forwarded HTTP/1.1 request: its tries under the route's retry policy and timeouts.
 
 Theory of operation: :func:`forward` drives a :class:`~ambit.waypoint.retries.RetryMachine` (the pure decisions:
-when to retry, how long to wait, what to answer) and carries out its commands. Each try runs as one task; the
-tries and the timers only post events to one queue, and the driver alone feeds the machine and acts, so the
-machine sees every fact once and in the order it happened.
+when to retry, how long to wait, what to answer) and carries out its commands. The request's own task runs the
+tries one after another; the tries, the duplex body task and the timers feed the machine their events as they
+happen, and its commands are acted on at once, except the answers (a local response, an abort), which wait until
+the try has ended. So the machine sees every fact once and in the order it happened, and a request costs no task
+of its own (one per duplex body only).
 
 Rules:
 
-1. The driver takes one event at a time from the queue, gives it to the machine and carries out the commands it
-   returns, in order, until the machine is done. A failure of the client (its body broke HTTP/1.1, it went away)
-   or a bug in a try is posted too; it stops the try and the timers and is raised to the request loop. The
+1. Each event goes to the machine when it happens, and its commands are carried out then: a timer is armed,
+   the next try noted, the body released, the current try given up. A try given up by its own event (a retriable
+   response head) returns; one given up while it waits (a timer fired) is stopped by cancelling the request's
+   task, a cancellation that ends where the try began (the task's cancel count tells it from any other, which is
+   passed on). A local answer or an abort is carried out by the request's task once the try has ended. A failure
+   of the client (its body broke HTTP/1.1, it went away) or a bug in a try is raised to the request loop. The
    client's end is not watched while no try reads or writes it: a client that leaves during a backoff or while
    the endpoint thinks is noticed at the next write (the tries stay bounded by the policy and the timeouts).
 2. Timers are loop callbacks armed against the context's clock seam (``deadline - ctx.clock()``): the request
@@ -36,7 +41,7 @@ Rules:
    middle). A 101 answer completes the exchange and becomes a raw relay, bounded by the idle timeout only. A
    retriable status forwarded because the retries ran out carries Envoy's flag ``URX`` (upstream retry limit
    exceeded) in the metrics and the log.
-7. ``CancelAttempt`` cancels the try's task, which aborts its upstream connection; ``RespondLocally`` stops any
+7. ``CancelAttempt`` stops the try (rule 1), which aborts its upstream connection; ``RespondLocally`` stops any
    try and writes Envoy's answer with its response flag (plus ``URX`` for a connection failure or refused stream
    that was retried until the retries ran out: ``UF,URX``, as Envoy logs it); ``AbortResponse`` resets the
    client's stream (a status was already sent, so nothing else can tell the client the response is incomplete).
@@ -53,7 +58,6 @@ Rules:
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import dataclasses
 from collections.abc import Callable, Sequence
@@ -109,13 +113,6 @@ class Plan:
 
 class _UpstreamFailedError(Exception):
     """The endpoint went away or broke HTTP/1.1."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Failed:
-    """A try met an error that ends the exchange (rule 1)."""
-
-    error: BaseException
 
 
 @dataclass(slots=True)
@@ -180,12 +177,19 @@ class _Exchange:
         self.connector = connector
         self.plan, self.first, self.outcome, self.body = plan, endpoint, outcome, body
         self.machine = retries.RetryMachine(plan.retry, plan.timeouts, ctx.clock())
-        self.inbox: collections.deque[retries.Event | _Failed] = collections.deque()
-        """What the tries and timers posted for :meth:`run`, its only reader (no ``asyncio.Queue``: one future per
-        wait is all it needs)."""
-        self.waiting: asyncio.Future[None] | None = None
-        self.task: asyncio.Task[None] | None = None
-        self.verdict: asyncio.Future[None] | None = None
+        self.owner: asyncio.Task[object] | None = None
+        """The request's task: it drives the machine and runs the tries (rule 1)."""
+        self.next: retries.StartAttempt | None = None
+        """The try to run next (rule 3)."""
+        self.later: list[retries.RespondLocally | retries.AbortResponse] = []
+        """What the owner carries out once the current try has ended (rule 7)."""
+        self.in_try = False
+        self.stopping = False
+        """The current try was given up (``CancelAttempt``): it returns, or is cancelled when it waits."""
+        self.cancelled = False
+        """The owner was cancelled to stop its try (told apart from any other cancellation by its count)."""
+        self.forwarding = False
+        """``ForwardResponse`` came for the current try."""
         self.request_timer: asyncio.TimerHandle | None = None
         self.try_timer: asyncio.TimerHandle | None = None
         self.tried: set[str] = set()
@@ -193,66 +197,100 @@ class _Exchange:
         """A duplex try's request body, sent while the response comes (rule 9)."""
         self.detail = ""
         """Why the last try failed (the access log's error)."""
-        self.completed = False
         self.aborted = False
 
     async def run(self) -> bool:
-        commands = self.machine.begin()
+        self.owner = asyncio.current_task()
         try:
+            self._dispatch(self.machine.begin())
             while True:
-                for command in commands:
-                    await self._carry_out(command)
-                if self.machine.done:
+                while self.later:
+                    await self._finish(self.later.pop(0))
+                start, self.next = self.next, None
+                if start is None:
                     break
-                while not self.inbox:
-                    self.waiting = asyncio.get_running_loop().create_future()
-                    try:
-                        await self.waiting
-                    finally:
-                        self.waiting = None
-                item = self.inbox.popleft()
-                if isinstance(item, _Failed):
-                    raise item.error
-                if isinstance(item, retries.ResponseCompleted):
-                    self.completed = True
-                commands = self.machine.handle(item)
+                await self._run_try(start.attempt, start.delay)
+            if not self.machine.done:
+                raise AssertionError(f"retries: a try ended while {self.machine.state.value}")
         finally:
             for timer in (self.request_timer, self.try_timer):
                 if timer is not None:
                     timer.cancel()
-            try:
-                if self.completed and self.task is not None:
-                    await asyncio.wait([self.task])  # it ends on its own (a 101 relays first: rule 6)
-            finally:
-                await self._stop_try()  # nothing left to stop, unless the exchange failed or was cancelled
         return not self.aborted and self.outcome.status != 101
 
-    def _post(self, item: retries.Event | _Failed) -> None:
-        self.inbox.append(item)
-        if self.waiting is not None and not self.waiting.done():
-            self.waiting.set_result(None)
+    async def _run_try(self, attempt: int, delay: float) -> None:
+        """Rule 1: one try in the owner's task; a ``CancelAttempt`` from a timer cancels the task, and that
+        cancellation ends here (any other is passed on)."""
+        owner = self.owner
+        assert owner is not None
+        cancelling = owner.cancelling()
+        self.in_try, self.stopping, self.cancelled, self.forwarding = True, False, False, False
+        try:
+            await self._try(attempt, delay)
+        except (Exception, asyncio.CancelledError):
+            if not self.cancelled:
+                raise
+            # given up: what the try raised on its way out does not matter
+        finally:
+            self.in_try = False
+        if self.cancelled:
+            self.cancelled = False
+            if owner.uncancel() > cancelling:  # cancelled from elsewhere as well
+                raise asyncio.CancelledError
 
-    def _arm(self, deadline: float, event: Callable[[float], retries.Event]) -> asyncio.TimerHandle:
-        """Rule 2: post ``event(now)`` at ``deadline`` on the context's clock."""
-        clock = self.ctx.clock
-        return asyncio.get_running_loop().call_later(max(deadline - clock(), 0.0), lambda: self._post(event(clock())))
+    def _post(self, event: retries.Event) -> None:
+        """Feed the machine an event (from the try, the body task or a timer) and act on its commands now."""
+        self._dispatch(self.machine.handle(event))
 
-    async def _carry_out(self, command: retries.Command) -> None:
+    def _dispatch(self, commands: list[retries.Command]) -> None:
+        for command in commands:
+            match command:
+                case retries.ArmRequestTimer(deadline=deadline):
+                    self.request_timer = self._arm(deadline, self._request_timed_out)
+                case retries.StartAttempt():
+                    self.next = command
+                case retries.ArmAttemptTimer(attempt=attempt, deadline=deadline):
+                    self.try_timer = self._arm(deadline, self._try_timed_out, attempt)
+                case retries.CancelAttempt():
+                    self._stop_try()
+                case retries.ForwardResponse():
+                    self.forwarding = True
+                case retries.RespondLocally() | retries.AbortResponse():
+                    self._stop_try()
+                    self.later.append(command)
+                case retries.ReleaseBody():
+                    self.body.release()
+                case _:
+                    raise AssertionError(f"unknown retry command {command!r}")
+
+    def _arm(self, deadline: float, callback: Callable[..., None], *args: object) -> asyncio.TimerHandle:
+        """Rule 2: one timer handle calling ``callback(*args)`` at ``deadline`` on the context's clock."""
+        return asyncio.get_running_loop().call_later(max(deadline - self.ctx.clock(), 0.0), callback, *args)
+
+    def _request_timed_out(self) -> None:
+        self._post(retries.RequestTimedOut())
+
+    def _try_timed_out(self, attempt: int) -> None:
+        self._post(retries.AttemptTimedOut(attempt, self.ctx.clock()))
+
+    def _stop_try(self) -> None:
+        """Rule 7: give up the current try. Told so by its own event, it returns; waiting (a timer said so), the
+        owner is cancelled, and :meth:`_run_try` ends that cancellation."""
+        if self.try_timer is not None:
+            self.try_timer.cancel()
+            self.try_timer = None
+        if not self.in_try or self.stopping:
+            return
+        self.stopping = True
+        owner = self.owner
+        if owner is not None and asyncio.current_task() is not owner:
+            self.cancelled = True
+            owner.cancel()
+
+    async def _finish(self, command: retries.RespondLocally | retries.AbortResponse) -> None:
+        """Rule 7: the owner's answer after the try ended."""
         match command:
-            case retries.ArmRequestTimer(deadline=deadline):
-                self.request_timer = self._arm(deadline, lambda now: retries.RequestTimedOut())
-            case retries.StartAttempt(attempt=attempt, delay=delay):
-                await self._stop_try()
-                self.task = asyncio.get_running_loop().create_task(self._try(attempt, delay))
-            case retries.ArmAttemptTimer(attempt=attempt, deadline=deadline):
-                self.try_timer = self._arm(deadline, lambda now: retries.AttemptTimedOut(attempt, now))
-            case retries.CancelAttempt():
-                await self._stop_try()
-            case retries.ForwardResponse():
-                if self.verdict is not None and not self.verdict.done():
-                    self.verdict.set_result(None)
             case retries.RespondLocally(status=status, body=text, flag=flag):
-                await self._stop_try()
                 if flag in ("UF", "UR") and self.plan.retry.on_connect_failure and self._retries_ran_out():
                     flag = f"{flag},URX"  # rule 7
                 ops = self.plan.response_ops  # the router's own answer: exchange rule 7
@@ -262,28 +300,14 @@ class _Exchange:
                 if self.detail:
                     self.outcome.error = f"{text.decode()}: {self.detail}"
             case retries.AbortResponse(flag=flag):
-                await self._stop_try()
                 self.outcome.flags, self.aborted = flag, True
                 self.outcome.error = self.detail or ("upstream request timeout" if flag == "UT" else "upstream reset")
                 self.down.abort()
-            case retries.ReleaseBody():
-                self.body.release()
-            case _:
-                raise AssertionError(f"unknown retry command {command!r}")
 
     def _retries_ran_out(self) -> bool:
         """Every retry the policy allows was made (Envoy's ``URX``, upstream retry limit exceeded)."""
         allowed = self.plan.retry.attempts
         return allowed > 0 and self.outcome.attempts > allowed
-
-    async def _stop_try(self) -> None:
-        task, self.task, self.verdict = self.task, None, None
-        if self.try_timer is not None:
-            self.try_timer.cancel()
-            self.try_timer = None
-        if task is not None and not task.done():
-            task.cancel()
-            await asyncio.wait([task])
 
     def _endpoint(self, attempt: int) -> Endpoint:
         """Rule 3: the first try's endpoint, or one not tried yet when the Service has one."""
@@ -329,11 +353,11 @@ class _Exchange:
                 self.detail = str(exc)
                 self._post(retries.UpstreamReset(attempt))
                 return
-            self.verdict = verdict = asyncio.get_running_loop().create_future()
             status = _retry_status(head)
             self._report(endpoint, ok=status < 500)
             self._post(retries.ResponseHead(attempt, status, clock()))
-            await verdict  # ForwardResponse; a retry cancels this task instead
+            if not self.forwarding:  # retried: CancelAttempt and the next StartAttempt
+                return
             self.detail = ""
             if status in self.plan.retry.codes and self._retries_ran_out():
                 self.outcome.flags = "URX"  # rule 6
@@ -344,10 +368,6 @@ class _Exchange:
             elif await self._stream(attempt, up, head):
                 up.finish(clock())
                 up = None
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:  # the client failed, or a bug: the exchange ends (rule 1)
-            self._post(_Failed(exc))
         finally:
             await self._stop_body()
             if up is not None:

@@ -78,6 +78,7 @@ async def serve_http1(
         cancelled = True
         raise
     finally:
+        down.close()
         if not cancelled:
             await _linger(stream)
 

@@ -4,13 +4,12 @@ Theory of operation: :func:`http1_connector` gives the :data:`~ambit.waypoint.up
 requests: it takes a kept connection to the endpoint (or opens one, or always opens one when asked for a fresh
 one) and wraps it in an :class:`Http1Upstream`, which frames the request with the h11 client side, writes it
 (a write the endpoint does not take within ``idle_timeout`` fails), reads the response events (each read bounded
-by ``idle_timeout``) and, after a clean exchange, puts the connection back for reuse when h11 says it can carry
-another request.
+by ``idle_timeout``; reads and writes through the connection's :class:`~ambit.waypoint.idle.OperationBound`) and,
+after a clean exchange, puts the connection back for reuse when h11 says it can carry another request.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable
 
 from ambit.waypoint.context import Tunnel, WaypointContext
@@ -38,8 +37,8 @@ class Http1Upstream:
 
     async def _write(self, data: bytes) -> None:
         if data:
-            async with asyncio.timeout(self.ctx.limits.idle_timeout):
-                await self.conn.stream.write(data)
+            conn = self.conn
+            await conn.writes.run(conn.stream.write(data), self.ctx.limits.idle_timeout)
 
     async def send_request(self, head: RequestHead, *, upgrade: bool = False, body: bool = False) -> None:
         await self._write(self.conn.http.send_request(head, upgrade=upgrade, body=body))
@@ -53,13 +52,12 @@ class Http1Upstream:
     async def next_event(self) -> Event:
         conn = self.conn
         while (event := conn.http.next_event()) is Signal.NEED_DATA:
-            async with asyncio.timeout(self.ctx.limits.idle_timeout):
-                data = await conn.stream.read()
+            data = await conn.reads.run(conn.stream.read(), self.ctx.limits.idle_timeout)
             conn.http.receive_data(data)
         return event
 
     def abort(self) -> None:
-        self.conn.stream.abort()
+        self.conn.discard()
 
     def finish(self, now: float) -> None:
         conn = self.conn
@@ -68,7 +66,7 @@ class Http1Upstream:
         if conn.http.next_cycle() and not (limit and conn.requests >= limit):
             self.ctx.upstreams.put_idle(conn, now)
         else:
-            conn.stream.abort()
+            conn.discard()
 
 
 def http1_connector(ctx: WaypointContext, tunnel: Tunnel) -> Connector:

@@ -442,6 +442,8 @@ class Waypoint:
         if isinstance(self.ca, IstiodCaClient):
             await self.ca.aclose()
         await self.endpoints.aclose()
+        self.context.request_log.flush()  # the last requests' and connections' lines
+        self.context.access_log.flush()
 
 
 async def run_waypoint(settings: WaypointSettings, *, admin_token_file: Path | None = None) -> None:

@@ -251,6 +251,9 @@ class RetryState(enum.Enum):
     FORWARDING = "response forwarded"
     DONE = "done"
 
+    # Members are singletons: the identity hash (in C) serves the table's keys; Enum's own hashes the name in Python.
+    __hash__ = object.__hash__
+
 
 class _Input(enum.Enum):
     BEGIN = "begin"
@@ -270,6 +273,8 @@ class _Input(enum.Enum):
     BODY_LARGE = "request body too long to replay"
     BODY_STARTED = "response body started"
     COMPLETED = "response completed"
+
+    __hash__ = object.__hash__  # as RetryState's
 
 
 class _Act(enum.Enum):
@@ -322,6 +327,10 @@ _TABLE: dict[tuple[RetryState, _Input], tuple[RetryState, tuple[_Act, ...]]] = {
 """(state, input) → (next state, actions in order). A pair missing here is :class:`RetryStateError` (rule 10)."""
 
 
+_PER_TRY = (AttemptStarted, ResponseHead, ConnectFailed, DnsFailed, AttemptTimedOut, StreamRefused, UpstreamReset)
+"""The events that name their try (rule 9)."""
+
+
 def backoff_delay(policy: RetryPolicy, retry: int) -> float:
     """Seconds before retry number ``retry`` (1-based; rule 5)."""
     base = max(policy.backoff, 0.0)
@@ -352,30 +361,22 @@ class RetryMachine:
     def handle(self, event: Event) -> list[Command]:
         if self.state is RetryState.DONE:
             return []
-        if (
-            isinstance(
-                event,
-                AttemptStarted
-                | ResponseHead
-                | ConnectFailed
-                | DnsFailed
-                | AttemptTimedOut
-                | StreamRefused
-                | UpstreamReset,
-            )
-            and event.attempt != self.attempt
-        ):
+        if isinstance(event, _PER_TRY) and event.attempt != self.attempt:
             return []
         return self._step(self._classify(event), event)
 
     def _classify(self, event: Event) -> _Input:
         attempting = self.state is RetryState.ATTEMPTING
-        match event:
+        match event:  # the events of every request first
             case AttemptStarted():
                 return _Input.STARTED
             case ResponseHead(status=status, now=now):
                 retry = attempting and status in self.retry.codes and self._may_retry(now)
                 return _Input.HEAD_RETRY if retry else _Input.HEAD_FINAL
+            case ResponseCompleted():
+                return _Input.COMPLETED
+            case BodyStarted():
+                return _Input.BODY_STARTED
             case ConnectFailed(now=now):
                 retry = attempting and self.retry.on_connect_failure and self._may_retry(now)
                 return _Input.CONNECT_RETRY if retry else _Input.CONNECT_FINAL
@@ -393,10 +394,6 @@ class RetryMachine:
                 return _Input.REQUEST_TIMEOUT
             case RequestBodySent(total=total):
                 return _Input.BODY_LARGE if total > REPLAY_LIMIT and self.replayable else _Input.BODY_SMALL
-            case BodyStarted():
-                return _Input.BODY_STARTED
-            case ResponseCompleted():
-                return _Input.COMPLETED
 
     def _may_retry(self, now: float) -> bool:
         retries_made = self.attempt - 1

@@ -14,7 +14,10 @@ call per finished request records all four under the metrics lock.
 
 :class:`RequestRecord` is one request's access-log line, ``request complete`` (INFO) or, with response flags,
 ``request failed`` (WARNING), logfmt-style like the node proxy's connection lines, on the ``access`` logger; it
-notes how many tries the request took upstream (``attempts``).
+notes how many tries the request took upstream (``attempts``). :class:`RequestLog` writes it through an
+:class:`~ambit.telemetry.access_sink.AccessSink`: batched per event-loop iteration, past ``logging`` when the
+process's logging allows, the same bytes either way. The values that recur per connection or per route are
+rendered once each for the last thousand distinct ones.
 
 The Telemetry API's overrides (:mod:`ambit.waypoint.metric_overrides`; each request passes the current
 configuration's, compiled when they are not the ones compiled last, so once per configuration) change the
@@ -30,18 +33,23 @@ empty render as ``unknown``.
 from __future__ import annotations
 
 import bisect
+import functools
 import json
 import logging
+import operator
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-
-from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from typing import TYPE_CHECKING
 
 from ambit.model.metric_overrides import RequestAttributes, ServiceMetrics
+from ambit.telemetry.access_sink import AccessSink
 from ambit.telemetry.flows import Flow, FlowRing, request_verdict
 from ambit.telemetry.metrics import LABEL_NAMES, UNKNOWN, LabelValues, ProxyMetrics, TrafficLabels
 from ambit.waypoint.metric_overrides import NO_PLANS, FamilyPlan, MetricPlans, Pairs, compile_overrides
+
+if TYPE_CHECKING:  # prometheus_client is imported by the first scrape, as the node proxy's metrics do
+    from prometheus_client.metrics_core import Metric
 
 BUILD_COMPONENT = "ambit-waypoint"
 REQUEST_LABELS = (*LABEL_NAMES, "response_code", "grpc_response_status")
@@ -181,6 +189,8 @@ class WaypointMetrics(ProxyMetrics):
         histogram.observe(value)
 
     def _families(self) -> Iterator[Metric]:
+        from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
         for family in super()._families():
             if family.name == "istio_build":
                 build = GaugeMetricFamily("istio_build", "Istio component build info", labels=["component", "tag"])
@@ -308,21 +318,75 @@ class RequestRecord:
             out.append(("error", self.error))
         return out
 
+    def flow(self) -> Flow:
+        """The flow-log entry of this request (:func:`request_flow`)."""
+        return request_flow(self)
+
 
 def _value(value: str | int) -> str:
     if isinstance(value, int):
         return str(value)
+    return _text(value)
+
+
+def _text(value: str) -> str:
+    """A string value as a log line shows it: bare when plain, else JSON-quoted (always one line)."""
     if _PLAIN.fullmatch(value):
         return value
     text = json.dumps(value, ensure_ascii=False)
     return text if text.isprintable() else json.dumps(value)  # one line, whatever the client sent
 
 
+_recurring_text = functools.lru_cache(maxsize=1024)(_text)
+""":func:`_text` of the values that repeat from request to request (the connection's addresses, names and
+identities, the method, protocol, route and flags), remembered for the last thousand of them. A request's path,
+id and error are not: they seldom repeat and would only push the others out."""
+
+_STRING_FIELDS = (
+    ("src.addr", "src_addr", True),
+    ("src.workload", "src_workload", True),
+    ("src.namespace", "src_namespace", True),
+    ("src.identity", "src_identity", True),
+    ("dst.addr", "dst_addr", True),
+    ("dst.hbone_addr", "dst_hbone_addr", True),
+    ("dst.service", "dst_service", True),
+    ("dst.workload", "dst_workload", True),
+    ("dst.namespace", "dst_namespace", True),
+    ("dst.identity", "dst_identity", True),
+    ("method", "method", True),
+    ("path", "path", False),
+    ("protocol", "protocol", True),
+    ("route", "route", True),
+    ("request_id", "request_id", False),
+)
+"""(log key, record attribute, recurs) of the string fields :meth:`RequestRecord.fields` lists first, in its
+order."""
+_TEXT_FIELDS = tuple((f"{key}=", _recurring_text if recurs else _text) for key, _, recurs in _STRING_FIELDS)
+_GET_STRINGS = operator.attrgetter(*(attr for _, attr, _ in _STRING_FIELDS))
+
+
+def _format_text(message: str, record: RequestRecord) -> str:
+    """``message`` and :meth:`RequestRecord.fields` as ``key=value`` pairs, in one pass (it runs per request)."""
+    parts = [message]
+    for (prefix, render), value in zip(_TEXT_FIELDS, _GET_STRINGS(record), strict=True):
+        if value:
+            parts.append(prefix + render(value))
+    parts.append(f"response_code={record.response_code}")
+    parts.append("response_flags=" + _recurring_text(record.response_flags))
+    parts.append(f"attempts={record.attempts}")
+    parts.append(f"bytes_sent={record.bytes_sent}")
+    parts.append(f"bytes_recv={record.bytes_recv}")
+    parts.append(f"duration={round(max(record.duration_seconds, 0.0) * 1000)}ms")
+    if record.error:
+        parts.append("error=" + _text(record.error))
+    return " ".join(parts)
+
+
 def format_request_log(record: RequestRecord, *, as_json: bool = False) -> str:
     message = REQUEST_FAILED if record.response_flags != "-" or record.error else REQUEST_COMPLETE
     if as_json:
         return json.dumps({"message": message, **dict(record.fields())})
-    return " ".join([message, *(f"{key}={_value(value)}" for key, value in record.fields())])
+    return _format_text(message, record)
 
 
 def request_flow(record: RequestRecord) -> Flow:
@@ -355,19 +419,25 @@ def request_flow(record: RequestRecord) -> Flow:
 
 
 class RequestLog:
-    """Writes :class:`RequestRecord` lines to the ``access`` logger."""
+    """Writes :class:`RequestRecord` lines to the ``access`` logger, through an
+    :class:`~ambit.telemetry.access_sink.AccessSink` (batched per loop iteration; :meth:`flush` when stopping)."""
 
     def __init__(
         self, *, as_json: bool = False, logger: logging.Logger | None = None, flows: FlowRing | None = None
     ) -> None:
         self._json = as_json
-        self._logger = logger if logger is not None else logging.getLogger("access")
+        self.sink = AccessSink(logger if logger is not None else logging.getLogger("access"))
         self.flows = flows
 
     def write(self, record: RequestRecord) -> None:
         if self.flows is not None:
-            self.flows.add_request(request_flow(record))
+            self.flows.add_request(record)  # its flow is made when a page is read
         failed = record.response_flags != "-" or bool(record.error)
         level = logging.WARNING if failed else logging.INFO
-        if self._logger.isEnabledFor(level):
-            self._logger.log(level, "%s", format_request_log(record, as_json=self._json))
+        sink = self.sink
+        if sink.enabled(level):
+            sink.emit(level, format_request_log(record, as_json=self._json))
+
+    def flush(self) -> None:
+        """Write the lines still waiting in the batch."""
+        self.sink.flush()

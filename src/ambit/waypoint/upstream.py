@@ -74,6 +74,7 @@ from ambit.waypoint.destinations import (
 )
 from ambit.waypoint.errors import WaypointError
 from ambit.waypoint.http1 import ClientSide, Event
+from ambit.waypoint.idle import OperationBound
 from ambit.waypoint.origination import TlsOriginationError, TlsStream, client_context, proxy_header
 from ambit.waypoint.racing import race_connect
 
@@ -143,6 +144,15 @@ class UpstreamHttp:
     reused: bool = False
     requests: int = field(default=0)
     idle_since: float = 0.0
+    reads: OperationBound = field(default_factory=OperationBound)
+    """Bounds each read in time (:mod:`ambit.waypoint.idle`: one timer for the connection's many reads)."""
+    writes: OperationBound = field(default_factory=OperationBound)
+
+    def discard(self) -> None:
+        """Abort the connection; no timer of its reads or writes outlives it."""
+        self.stream.abort()
+        self.reads.close()
+        self.writes.close()
 
     @property
     def alive(self) -> bool:
@@ -312,14 +322,14 @@ class Upstreams:
             if conn.alive:
                 conn.reused = True
                 return conn
-            conn.stream.abort()
+            conn.discard()
         return None
 
     def put_idle(self, conn: UpstreamHttp, now: float) -> None:
         """Keep ``conn`` for the next request to its endpoint (the exchange on it ended cleanly)."""
         idle = self._idle.setdefault(conn.key, collections.deque())
         if len(idle) >= self._max_idle or not conn.alive:
-            conn.stream.abort()
+            conn.discard()
             return
         conn.idle_since = now
         idle.append(conn)
@@ -332,7 +342,7 @@ class Upstreams:
             kept = {id(c) for c in keep}
             for conn in idle:
                 if id(conn) not in kept:
-                    conn.stream.abort()
+                    conn.discard()
                     reaped += 1
             if keep:
                 self._idle[key] = keep
@@ -348,7 +358,7 @@ class Upstreams:
         for conns in idle.values():
             for conn in conns:
                 with contextlib.suppress(Exception):
-                    conn.stream.abort()
+                    conn.discard()
         await self.pool.aclose()
 
 
