@@ -354,6 +354,7 @@ class Run:
         self.add(scenario, "control plane CPU", self.plane.cpu_seconds() - cpu, "s")
         self.add(scenario, "control plane RSS", self.plane.rss_bytes() / MIB, "MiB", "after the sync")
         self.add(scenario, "node proxies' CPU", fleet.cpu_seconds(), "s", f"{len(fleet.workers)} worker processes")
+        self.add(scenario, "node proxies' RSS", fleet.rss_bytes() / MIB, "MiB", "all workers, after the sync")
 
     async def _churn(self, sampler: Sampler) -> None:
         assert self.endpoint is not None and self.fleet is not None
