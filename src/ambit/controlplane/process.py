@@ -337,10 +337,10 @@ class ControlPlane:
         previous, self._applied = self._applied, None
         if changes is not None and previous is not None and changes.since is previous.workloads:
             # Only the workloads the translation changed (and the services): the hand-over costs the change.
-            upserts, removed = address_changes(previous, config, self._encoded_addresses, changes.uids)
+            upserts, removed = address_changes(previous, config, self._encoded_addresses, changes.uids, encoded=True)
             changed = self.table.patch(upserts, removed)
         else:
-            changed = self.table.replace(addresses(config, self._encoded_addresses))
+            changed = self.table.replace(addresses(config, self._encoded_addresses, encoded=True))
         encoded_policies = authorization_changes(previous, config, self._encoded)
         changed_policies = frozenset() if encoded_policies is None else self.authorizations.replace(encoded_policies)
         if changed or changed_policies:
