@@ -34,7 +34,13 @@ def run(
 ) -> Report:
     chosen = PROFILES[profile] if isinstance(profile, str) else profile
     profiles = (out or RESULTS) if profile_controlplane else None
-    report = asyncio.run(run_async(chosen, profile_controlplane=profiles))
+
+    def partial(report: Report) -> None:  # a failed run still writes what it measured
+        if out is not None:
+            md, _ = report.write(out, "scale")
+            print(report.markdown(), f"\nwritten (partial): {md}", sep="\n")
+
+    report = asyncio.run(run_async(chosen, profile_controlplane=profiles, partial=partial))
     if echo:
         print(report.markdown())
     if out is not None:
