@@ -108,6 +108,15 @@ class Fleet:
             total += (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
         return total
 
+    def rss_bytes(self) -> int:
+        """Resident memory of every worker now."""
+        total = 0
+        for worker in self.workers:
+            for line in Path(f"/proc/{worker.proc.pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+        return total
+
     async def _all(self, command: dict[str, Any]) -> list[dict[str, Any]]:
         return list(await asyncio.gather(*(w.ask(command) for w in self.workers)))
 

@@ -10,7 +10,9 @@ gRPC channel (a local subchannel pool, so one TCP + TLS connection per client as
 node proxy's keepalive options, ``authorization: Bearer`` and ``clusterid`` metadata, and the node proxy's own
 :class:`~ambit.xds.client_session.ClientSession` (wildcard Address and Authorization, ``initial_resource_versions``
 on reconnect, ACK per response) with a decoder that keeps nothing but the name. On a broken stream it reconnects
-with the node proxy's :class:`~ambit.xds.client.Backoff` (jittered, doubling). A client given names to look up is
+with the node proxy's :class:`~ambit.xds.client.Backoff` (jittered, doubling). Wildcard clients keep what they hold
+in the worker's shared maps (:mod:`bench.scale.shared_held`: one map per distinct content, not one per client), and
+no client keeps a response, or what it carried, while it waits for the next one. A client given names to look up is
 on demand (``XDS_ON_DEMAND``: it opens subscribed to nothing) and, once its opening is answered, asks for them in
 one request (:meth:`~ambit.xds.client_session.ClientSession.demand`); a reconnect subscribes to them again in its
 opening request, as the node proxy's session does.
@@ -44,6 +46,7 @@ from ambit.xds.convert import ADDRESS_TYPE_URL
 from ambit.xds.keepalive import DEFAULT_KEEPALIVE
 from ambit.xds.server import METHOD, SERVICE_NAME
 from ambit.xds.session import AUTHORIZATION_TYPE_URL
+from bench.scale.shared_held import HeldPool, WildcardSession
 
 PATH = f"/{SERVICE_NAME}/{METHOD}"
 MAX_MESSAGE = MAX_RESPONSE_BYTES
@@ -77,7 +80,9 @@ class SimulatedNodeProxy:
     tracked: set[str]
     demand: tuple[str, ...] = ()
     """Names this client looks up on demand (none: a wildcard client)."""
-    session: ClientSession = field(init=False)
+    pools: dict[str, HeldPool] | None = None
+    """The worker's shared held maps, per type (a wildcard client keeps what it holds there)."""
+    session: ClientSession | WildcardSession = field(init=False)
     syncs: list[Sync] = field(default_factory=list)
     responses: int = 0
     resources: int = 0
@@ -86,11 +91,16 @@ class SimulatedNodeProxy:
 
     def __post_init__(self) -> None:
         decoders = {ADDRESS_TYPE_URL: _keep_name, AUTHORIZATION_TYPE_URL: _keep_name}
-        on_demand = bool(self.demand)
-        self.session = ClientSession(decoders, node=client_node(self.node, "Kubernetes"), on_demand=on_demand)
+        node = client_node(self.node, "Kubernetes")
+        if self.demand or self.pools is None:
+            self.session = ClientSession(decoders, node=node, on_demand=bool(self.demand))
+        else:
+            self.session = WildcardSession(self.pools, node=node)
 
     @property
     def held(self) -> int:
+        if isinstance(self.session, WildcardSession):
+            return self.session.count(ADDRESS_TYPE_URL)
         return len(self.session.held(ADDRESS_TYPE_URL))
 
     async def run(self, target: str, root: bytes, server_name: str, max_message: int) -> None:
@@ -137,22 +147,25 @@ class SimulatedNodeProxy:
                     self.last_error = "stream closed by the server"
                     return bool(sync.synced)
                 update = self.session.apply(response)
+                response = None  # not kept while waiting for the next one (an 18 MiB answer, parsed)
                 self.responses += 1
                 count = len(update.upserts) + len(update.removals)
                 self.resources += count
                 lookup = None
-                if response.type_url not in seen:
-                    seen.add(response.type_url)
+                if update.type_url not in seen:
+                    seen.add(update.type_url)
                     sync.resources += count
                     if len(seen) == 2 and self.demand:  # the opening is answered: look up (None once asked)
                         lookup = self.session.demand(ADDRESS_TYPE_URL, self.demand)
                 if len(seen) == 2 and not sync.synced and not self.session.pending(ADDRESS_TYPE_URL):
                     sync.synced = arrived
                 if self.tracked:
-                    for name in (*(name for name, _ in update.upserts), *update.removals):
+                    upserted = (u if isinstance(u, str) else u[0] for u in update.upserts)
+                    for name in (*upserted, *update.removals):
                         if name in self.tracked and name not in self.arrivals:
                             self.arrivals[name] = arrived
-                await call.write(update.reply)
+                reply, update = update.reply, None
+                await call.write(reply)
                 if lookup is not None:
                     await call.write(lookup)
 
@@ -193,8 +206,10 @@ async def main() -> None:
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     config = json.loads(await reader.readline())
     tracked: set[str] = set()
+    pools = {ADDRESS_TYPE_URL: HeldPool(), AUTHORIZATION_TYPE_URL: HeldPool()}
     proxies = [
-        SimulatedNodeProxy(c["node"], c["token"], tracked, tuple(c.get("demand") or ())) for c in config["clients"]
+        SimulatedNodeProxy(c["node"], c["token"], tracked, tuple(c.get("demand") or ()), pools)
+        for c in config["clients"]
     ]
     root = config["root_pem"].encode()
     max_message = int(config.get("max_message") or MAX_MESSAGE)

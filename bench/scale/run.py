@@ -354,6 +354,7 @@ class Run:
         self.add(scenario, "control plane CPU", self.plane.cpu_seconds() - cpu, "s")
         self.add(scenario, "control plane RSS", self.plane.rss_bytes() / MIB, "MiB", "after the sync")
         self.add(scenario, "node proxies' CPU", fleet.cpu_seconds(), "s", f"{len(fleet.workers)} worker processes")
+        self.add(scenario, "node proxies' RSS", fleet.rss_bytes() / MIB, "MiB", "all workers, after the sync")
 
     async def _churn(self, sampler: Sampler) -> None:
         assert self.endpoint is not None and self.fleet is not None
@@ -475,14 +476,21 @@ NOTES = [
 ]
 
 
-async def run_async(profile: Profile, *, profile_controlplane: Path | None = None) -> Report:
+async def run_async(
+    profile: Profile, *, profile_controlplane: Path | None = None, partial: Callable[[Report], None] | None = None
+) -> Report:
     """Run ``profile``; with ``profile_controlplane`` (a directory), the control plane runs under cProfile and its
-    profiles (one per start) and logs are copied there."""
+    profiles (one per start) and logs are copied there. When the run fails, ``partial`` is handed the report of
+    what was measured until then."""
     with tempfile.TemporaryDirectory(prefix="ambit-scale-") as tmp_name:
         run = Run(profile, Path(tmp_name), profile_controlplane=profile_controlplane is not None)
         try:
             await run.execute()
-        except BaseException:
+        except BaseException as exc:
+            # What was measured before the failure is kept (the full profile's restart failing cost a whole run).
+            run.report.notes.append(f"The run stopped early: {type(exc).__name__}: {str(exc)[:300]}")
+            if partial is not None:
+                partial(run.report)
             for name in ("controlplane.log", "apiserver.log", "fleet.log"):
                 path = Path(tmp_name) / name
                 if path.exists():

@@ -253,3 +253,32 @@ def test_backoff_grows_exponentially_with_jitter_up_to_a_cap() -> None:
     assert [backoff.next_delay() for _ in range(6)] == [1.5, 3.0, 6.0, 12.0, 12.0, 12.0]
     backoff.reset()
     assert backoff.next_delay() == 1.5
+
+
+async def test_a_transform_applies_to_listed_and_watched_objects_before_handlers_and_cache(kube: KubeClient) -> None:
+    await kube.create(kinds.CONFIG_MAPS, {**configmap("listed"), "binaryData": {}})
+    seen: list[dict[str, Any]] = []
+    five = asyncio.Event()
+
+    def saw(obj: dict[str, Any]) -> None:
+        seen.append(obj)
+        if len(seen) >= 5:  # listed, kube-root-ca.crt, then add, update, delete
+            five.set()
+
+    def slim(obj: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in obj.items() if k != "data"} | {"slim": True}
+
+    informer = Informer(
+        kube, kinds.CONFIG_MAPS, namespace=NS, settings=dataclasses.replace(FAST, page_size=1), transform=slim,
+        on_add=saw, on_update=lambda old, new: saw(new), on_delete=saw,
+    )  # fmt: skip
+    async with informer:
+        async with asyncio.timeout(5):
+            await informer.wait_synced()
+            await kube.create(kinds.CONFIG_MAPS, configmap("watched"))
+            await kube.patch(kinds.CONFIG_MAPS, "watched", {"data": {"k": "2"}}, NS)
+            await kube.delete(kinds.CONFIG_MAPS, "watched", NS)
+            await five.wait()
+        assert all(obj["slim"] and "data" not in obj for obj in seen)
+        listed = informer.find("listed", NS)
+        assert listed is not None and listed["slim"] and listed["kind"] == "ConfigMap"

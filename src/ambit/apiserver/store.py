@@ -18,6 +18,9 @@ Invariants:
   the newest version that is no longer in the log: a watch may resume from any version ``>= horizon``; older ones
   get 410 Gone. (An event also refers to the object's previous state, which is the previous event's object or a
   live one, so the log holds at most about twice ``log_bytes``.)
+- An index (:meth:`Store.add_index`, e.g. the cluster IPs' holders) sees every write of its type: ``check`` before
+  the transaction (it may refuse the write, which then changes nothing), ``apply`` after memory changed. Writes
+  are synchronous, so no other write comes between an index's check and its apply.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -64,6 +67,16 @@ CREATE TABLE IF NOT EXISTS log (
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
+
+
+class StoreIndex(Protocol):
+    """Something kept in step with one type's stored objects (see the module's invariants)."""
+
+    def check(self, namespace: str, name: str, old: dict[str, Any] | None, new: dict[str, Any]) -> None:
+        """Raise :class:`ApiError` to refuse storing ``new`` (``old``: what is stored now)."""
+
+    def apply(self, namespace: str, name: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        """The write of ``new`` (None: a deletion) over ``old`` committed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +136,7 @@ class Store:
         self._rv = 0
         self._horizon = 0
         self._writes_since_trim = 0
+        self._indexes: dict[TypeKey, list[StoreIndex]] = {}
         self._load()
 
     # -- start-up -------------------------------------------------------------------------------------------
@@ -190,6 +204,12 @@ class Store:
             return len(bucket)
         return sum(1 for k in bucket if k[0] == namespace)
 
+    def add_index(self, key: TypeKey, index: StoreIndex) -> None:
+        """Keep ``index`` in step with the objects of ``key`` from now on; it is first told of each stored one."""
+        for (namespace, name), item in self._objects.get(key, {}).items():
+            index.apply(namespace, name, None, item.obj)
+        self._indexes.setdefault(key, []).append(index)
+
     def namespaced_keys(self) -> Iterator[TypeKey]:
         yield from list(self._objects)
 
@@ -228,6 +248,11 @@ class Store:
             # etcd's limit, answered as kube-apiserver answers etcd's error (500, no reason, etcd's words); a
             # deletion's final state is never refused, or an object could not be deleted.
             raise ApiError(500, "", "etcdserver: request is too large")
+        indexes = self._indexes.get(key, ())
+        stored = self._objects.get(key, {}).get((namespace, name))
+        if not delete:
+            for index in indexes:
+                index.check(namespace, name, None if stored is None else stored.obj, obj)
         try:
             self._commit(etype, key, namespace, name, data, rv, delete=delete)
         except sqlite3.Error as exc:
@@ -241,6 +266,8 @@ class Store:
             bucket[(namespace, name)] = item
         if delete or old is None:
             self._sorted_keys.pop(key, None)  # the set of keys changed
+        for index in indexes:
+            index.apply(namespace, name, None if old is None else old.obj, None if delete else obj)
         event = StoreEvent(etype, key, namespace, name, item, old)
         self._log.append(event)
         self._log_bytes += len(data)

@@ -25,6 +25,12 @@ Rules:
    previous config's tuple itself (a translation that reused its policy stage): the map is the one last made, and
    the cache (the one last left for ``previous``) already holds exactly those policies.
 
+4. What the maps and the cache hold of each Address is its encoding (:class:`~ambit.xds.convert.EncodedAddress`:
+   the deterministic bytes, with the aliases and parents the table indexes it by), not the message: a message
+   object costs ~3 KB (upb's arena per message), its bytes ~0.3 KB, and the control plane holds one per workload
+   (issue 22: the Address messages, their ``Any`` and ``Resource`` copies were ~6 KB per workload, 350 MiB at
+   55,000).
+
 Invariants: equal configs give equal maps; a resource's version changes exactly when its bytes change; the cache
 holds exactly the last config's items after either call.
 """
@@ -34,6 +40,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 from collections.abc import Collection
+from typing import Any
 
 from google.protobuf.message import Message
 
@@ -43,11 +50,12 @@ from ambit.model.localconfig import LocalConfig
 from ambit.model.policy import Policy
 from ambit.model.workload import Service, Workload
 from ambit.xds.authorization import authorization_of
-from ambit.xds.convert import address_of, resource_name
+from ambit.xds.convert import EncodedAddress, address_of, resource_name
 
 __all__ = [
     "AddressCache",
     "AuthorizationCache",
+    "EncodedAddress",
     "address_changes",
     "addresses",
     "authorization_changes",
@@ -61,18 +69,19 @@ def content_version(message: Message) -> str:
     return hashlib.sha256(message.SerializeToString(deterministic=True)).hexdigest()[:16]
 
 
-AddressCache = dict[str, tuple[Workload | Service, tuple[str, pb.Address]]]
+AddressCache = dict[str, tuple[Workload | Service, tuple[str, EncodedAddress]]]
 
 
-def addresses(config: LocalConfig, cache: AddressCache | None = None) -> dict[str, tuple[str, pb.Address]]:
-    """Resource name → (version, Address) for every workload and service of ``config``.
+def addresses(config: LocalConfig, cache: AddressCache | None = None, *, encoded: bool = False) -> dict[str, Any]:
+    """Resource name → (version, Address) for every workload and service of ``config``; with ``encoded``, (version,
+    :class:`~ambit.xds.convert.EncodedAddress`) (rule 4), as the control plane's table takes them.
 
     ``cache`` (resource name → the item last encoded under it and its encoding) is read and then left holding
     exactly ``config``'s items, so a caller that passes the same dict every time encodes only items that changed
     (the same object, or an equal one, is not encoded again).
     """
     previous = cache if cache is not None else {}
-    result: dict[str, tuple[str, pb.Address]] = {}
+    result: dict[str, tuple[str, EncodedAddress]] = {}
     fresh: AddressCache = {}
     items: list[Workload | Service] = [*config.workloads, *config.services]
     for item in items:
@@ -83,21 +92,30 @@ def addresses(config: LocalConfig, cache: AddressCache | None = None) -> dict[st
         else:
             address = address_of(item)
             name = resource_name(address)
-            entry = (content_version(address), address)
+            entry = EncodedAddress.of(address)
         fresh[name] = (item, entry)
         result[name] = entry
     if cache is not None:
         cache.clear()
         cache.update(fresh)
-    return result
+    return result if encoded else _messages(result)
+
+
+def _messages(entries: dict[str, tuple[str, EncodedAddress]]) -> dict[str, tuple[str, pb.Address]]:
+    return {name: (version, entry.message()) for name, (version, entry) in entries.items()}
 
 
 def address_changes(
-    previous: LocalConfig, config: LocalConfig, cache: AddressCache, workload_uids: Collection[str]
-) -> tuple[dict[str, tuple[str, pb.Address]], frozenset[str]]:
+    previous: LocalConfig,
+    config: LocalConfig,
+    cache: AddressCache,
+    workload_uids: Collection[str],
+    *,
+    encoded: bool = False,
+) -> tuple[dict[str, Any], frozenset[str]]:
     """(name → (version, Address) to put, names to take out) that turn ``previous``'s map into ``config``'s, given
     the uids of the workloads that may differ (rule 2); ``cache`` is left holding exactly ``config``'s items."""
-    upserts: dict[str, tuple[str, pb.Address]] = {}
+    upserts: dict[str, tuple[str, EncodedAddress]] = {}
     removed: set[str] = set()
     workloads = config.workloads
     for uid in workload_uids:
@@ -108,27 +126,26 @@ def address_changes(
             cache.pop(uid, None)
             removed.add(uid)
     if config.services is previous.services:
-        return upserts, frozenset(removed)
+        return (upserts if encoded else _messages(upserts)), frozenset(removed)
     for service in config.services:
         upserts[service.key] = _encoded(service, service.key, cache)
     for service in previous.services:
         if service.key not in upserts:
             cache.pop(service.key, None)
             removed.add(service.key)
-    return upserts, frozenset(removed)
+    return (upserts if encoded else _messages(upserts)), frozenset(removed)
 
 
 def _workload_uid(workload: Workload) -> str:
     return workload.uid
 
 
-def _encoded(item: Workload | Service, name: str, cache: AddressCache) -> tuple[str, pb.Address]:
+def _encoded(item: Workload | Service, name: str, cache: AddressCache) -> tuple[str, EncodedAddress]:
     known = cache.get(name)
     if known is not None and (known[0] is item or known[0] == item):
         cache[name] = (item, known[1])
         return known[1]
-    address = address_of(item)
-    entry = (content_version(address), address)
+    entry = EncodedAddress.of(address_of(item))
     cache[name] = (item, entry)
     return entry
 

@@ -19,7 +19,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -157,8 +157,11 @@ class KubeClient:
         label_selector: Selector = None,
         field_selector: Selector = None,
         limit: int | None = None,
+        transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> tuple[list[dict[str, Any]], str]:
-        """All matching objects and the list's resourceVersion (to watch from); ``limit`` is the page size.
+        """All matching objects and the list's resourceVersion (to watch from); ``limit`` is the page size;
+        ``transform`` (when given) is applied to each object as its page arrives, so that only what it keeps of the
+        earlier pages is held while the later ones are read.
 
         Pages are fetched with ``continue`` tokens. If a token expires mid-way (410), the list starts over in
         one piece, as client-go's pager does, so the result is always one consistent snapshot.
@@ -185,12 +188,18 @@ class KubeClient:
             meta = page.get("metadata") or {}
             if not token:
                 version = str(meta.get("resourceVersion") or "")
-            items.extend(page.get("items") or ())
+            page_items = page.get("items") or ()
+            if transform is not None:
+                for item in page_items:
+                    _typed(item, kind)
+                page_items = [transform(item) for item in page_items]
+            items.extend(page_items)
             token = str(meta.get("continue") or "")
             if not token:
                 break
-        for item in items:
-            _typed(item, kind)
+        if transform is None:
+            for item in items:
+                _typed(item, kind)
         return items, version
 
     def watch(

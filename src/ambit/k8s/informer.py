@@ -19,6 +19,11 @@ Rules, in the order the loop applies them:
    list waits the delay and lists again. Delays grow exponentially with jitter up to a cap, and start over once
    a list succeeds or a watch delivers an event.
 
+6. A ``transform`` (when given) is applied to every object listed or sent in an event, before it is cached and
+   before any handler sees it (client-go's ``SetTransform``): a cache may keep only the fields its readers read
+   (:mod:`ambit.controlplane.cached_fields`). Keys and versions are read from the transformed object, so a
+   transform keeps ``metadata.namespace``, ``name``, ``uid`` and ``resourceVersion``.
+
 Handlers run in the informer's task, one at a time, in event order; they may be plain functions or coroutine
 functions. A handler that raises is logged and the informer carries on. Cached objects are shared with the
 handlers: treat them as read-only.
@@ -50,6 +55,7 @@ Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped kind
 OnAdd = Callable[[Object], Awaitable[None] | None]
 OnUpdate = Callable[[Object, Object], Awaitable[None] | None]
 OnDelete = Callable[[Object], Awaitable[None] | None]
+Transform = Callable[[Object], Object]
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +136,7 @@ class Informer:
         on_update: OnUpdate | None = None,
         on_delete: OnDelete | None = None,
         settings: InformerSettings | None = None,
+        transform: Transform | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         clock: Callable[[], float] = time.monotonic,
         rand: Callable[[], float] = random.random,
@@ -142,6 +149,7 @@ class Informer:
         self.label_selector = label_selector
         self.field_selector = field_selector
         self.settings = settings or InformerSettings()
+        self.transform = transform
         self.stats = InformerStats()
         self._handlers = _Handlers()
         self._task: asyncio.Task[None] | None = None
@@ -252,13 +260,23 @@ class Informer:
 
     # -- list -----------------------------------------------------------------------------------------------
     async def _list(self) -> None:
-        items, version = await self.client.list(
-            self.kind,
-            self.namespace,
-            label_selector=self.label_selector,
-            field_selector=self.field_selector,
-            limit=self.settings.page_size,
-        )
+        if self.transform is None:
+            items, version = await self.client.list(
+                self.kind,
+                self.namespace,
+                label_selector=self.label_selector,
+                field_selector=self.field_selector,
+                limit=self.settings.page_size,
+            )
+        else:  # each page as it arrives (rule 6)
+            items, version = await self.client.list(
+                self.kind,
+                self.namespace,
+                label_selector=self.label_selector,
+                field_selector=self.field_selector,
+                limit=self.settings.page_size,
+                transform=self.transform,
+            )
         self.stats.lists += 1
         self._backoff.reset()
         old = self._cache
@@ -318,6 +336,8 @@ class Informer:
             if version:
                 self.resource_version = version
             return
+        if self.transform is not None:
+            obj = self.transform(obj)
         key = _key(obj)
         before = self._cache.get(key)
         if event.type is WatchEventType.DELETED:

@@ -114,9 +114,10 @@ class XdsResource:
         aliases: tuple[str, ...] = (),
         parents: tuple[str, ...] = (),
     ) -> XdsResource:
-        """An :class:`XdsResource` with its wire form made now."""
+        """An :class:`XdsResource` with its wire form made now; its body is the wire form's own (one copy of the
+        bytes per resource, not two: issue 22)."""
         wire = dpb.Resource(name=name, version=version, resource=body, aliases=list(aliases))
-        return cls(name, version, body, aliases, parents, wire)
+        return cls(name, version, wire.resource, aliases, parents, wire)
 
     def to_wire(self) -> dpb.Resource:
         if self.wire is not None:

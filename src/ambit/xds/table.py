@@ -24,7 +24,7 @@ from typing import Any, Protocol
 from google.protobuf import any_pb2
 
 from ambit.xds.authorization import pack_authorization
-from ambit.xds.convert import address_aliases, address_parents, pack_address
+from ambit.xds.convert import ADDRESS_TYPE_URL, EncodedAddress, address_aliases, address_parents, pack_address
 from ambit.xds.gateway import pack_gateway_config
 from ambit.xds.routes import pack_waypoint_config
 from ambit.xds.session import EMPTY, ResourceSet, XdsResource
@@ -142,13 +142,15 @@ class AddressTable(ResourceTable):
     __slots__ = ()
 
     def _pack(self, message: Any) -> any_pb2.Any:
+        if isinstance(message, EncodedAddress):
+            return any_pb2.Any(type_url=ADDRESS_TYPE_URL, value=message.data)
         return pack_address(message)
 
     def _aliases(self, message: Any) -> tuple[str, ...]:
-        return address_aliases(message)
+        return message.aliases if isinstance(message, EncodedAddress) else address_aliases(message)
 
     def _parents(self, message: Any) -> tuple[str, ...]:
-        return address_parents(message)
+        return message.parents if isinstance(message, EncodedAddress) else address_parents(message)
 
 
 class AuthorizationTable(ResourceTable):
