@@ -20,7 +20,6 @@ listeners open (the pod then counts as running, and readiness follows) or a Del 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import random
@@ -109,16 +108,20 @@ class ZdsClient:
         """Connected, the snapshot received and no pod pending (spec §3.3 readiness)."""
         return self._sock is not None and not self._sock.closed and self.session.ready
 
+    @property
+    def tasks(self) -> tuple[asyncio.Task[None], ...]:
+        """The connection task and the pending pods' retry task, once started: only ``aclose`` ends them."""
+        return tuple(task for task in (self._task, self._retry_task) if task is not None)
+
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"zds client {self.socket_path}")
         self._retry_task = asyncio.create_task(self._retry_pending(), name=f"zds pending pods {self.socket_path}")
 
     async def aclose(self) -> None:
-        for task in (self._task, self._retry_task):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        tasks = self.tasks
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)  # one that ended by an error was logged (supervision)
         self._task = self._retry_task = None
         if self._sock is not None:
             self._sock.close()
