@@ -27,6 +27,7 @@ Every error Ambit raises on purpose derives from :class:`AmbitError`, with a sub
     ├── CniError, RedirectError, ZdsError   (ambit.cni, ambit.redirect, ambit.zds) enrolment
     ├── EventLoopError           (ambit.inpod.eventloop) an unknown or missing event loop
     ├── CommandError             (ambit.commands) a command exited non-zero or could not be started
+    ├── TaskEndedError           (ambit.supervision) a daemon's essential task ended: the daemon exits non-zero
     └── LabError, CniInvocationError  (ambit.lab) the single-machine cluster
 
 Blame is explicit: an error caused by what a peer sent says so in its class name or reason.

@@ -294,6 +294,36 @@ async def test_a_pending_pod_is_retried_with_a_doubling_back_off_and_enrolled_on
     assert ("Warning", "AmbientProxyUnavailable") in await rig.events("web")
 
 
+async def test_a_defect_retrying_one_pending_pod_does_not_end_the_retries_of_the_others(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await rig.namespace("apps", "ambient")
+    rig.link.fail = True
+    web = await rig.pod("web")
+    await rig.pod("db")
+    agent = await rig.start_agent(retry_initial=0.05, retry_interval=0.1)
+    await eventually(lambda: _is(rig.annotation("web"), "pending"))
+    await eventually(lambda: _is(rig.annotation("db"), "pending"))
+    enrol = agent.manager.enrol
+    defects = 0
+
+    async def enrol_with_a_defect(pod: Obj, netns_path: str, **kwargs: Any) -> None:
+        nonlocal defects
+        if pod["metadata"]["uid"] == web["metadata"]["uid"]:
+            defects += 1
+            raise KeyError("a defect")
+        await enrol(pod, netns_path, **kwargs)
+
+    monkeypatch.setattr(agent.manager, "enrol", enrol_with_a_defect)
+
+    async def hit_twice() -> bool:
+        return defects >= 2
+
+    await eventually(hit_twice)
+    rig.link.fail = False
+    await eventually(lambda: _is(rig.annotation("db"), "enabled"))
+
+
 async def test_cmdadd_over_the_unix_socket_answers_by_enrolment_outcome(rig: Rig) -> None:
     await rig.namespace("apps", "ambient")
     await rig.namespace("plain")

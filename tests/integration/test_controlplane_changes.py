@@ -96,3 +96,31 @@ async def test_a_policys_status_write_is_not_a_change_to_translate(tmp_path: Pat
             await client.create(kinds.CONFIG_MAPS, root, "default")
             await _until(lambda: len(configs) == 3)
             assert stages.policies.reused and stages.services.reused and stages.gateways.reused
+
+
+async def test_a_consumer_that_fails_once_does_not_end_the_views_hand_overs(tmp_path: Path) -> None:
+    """A defect in what the view hands a translation to (the xDS push) is logged and the change handed over again;
+    before, it ended the view's task and the control plane pushed no later change of the cluster."""
+    configs: list[LocalConfig] = []
+    failures = 0
+
+    def on_config(config: LocalConfig) -> None:
+        nonlocal failures
+        if len(configs) == 1 and failures == 0:
+            failures += 1
+            raise KeyError("a defect in the consumer")
+        configs.append(config)
+
+    async with (
+        ApiServer(ApiServerSettings(data_dir=tmp_path / "api", port=0, crd_dir=None)) as server,
+        KubeClient.from_kubeconfig(server.kubeconfig) as client,
+    ):
+        await client.create(kinds.PODS, _pod("web-0"))
+        await client.patch_status(kinds.PODS, "web-0", _status("198.18.210.1", True), namespace="default")
+        settings = ClusterViewSettings(debounce=0.05, sync_timeout=10)
+        async with ClusterView(client, settings, on_config):
+            await client.patch_status(kinds.PODS, "web-0", _status("198.18.210.1", False), namespace="default")
+            await _until(lambda: failures == 1)
+            await _until(lambda: len(configs) == 2)  # the same change, handed over again
+            await client.delete(kinds.PODS, "web-0", namespace="default")
+            await _until(lambda: len(configs) == 3)

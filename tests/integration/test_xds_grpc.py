@@ -8,6 +8,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc  # type: ignore[import-untyped]
 import pytest
@@ -355,3 +356,38 @@ async def test_a_client_that_stops_reading_holds_back_neither_the_others_nor_mem
         await channel.close()
         await node.client.aclose()
         await server.aclose(grace=1.0)
+
+
+async def test_a_stream_whose_push_fails_is_ended_and_the_client_resyncs_on_a_new_one(
+    pki: Pki, table_and_server: tuple[AddressTable, XdsServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, a push that raised ended only the stream's pusher task: the stream stayed open, the node proxy stayed
+    connected and was never pushed to again (a stale view of the mesh until it reconnected for another reason)."""
+    table, server = table_and_server
+    node = _client(pki, server.port)
+    await node.client.start()
+    try:
+        await _until(lambda: node.client.synced)
+        failed: list[int] = []
+
+        class FailingOnce:
+            """The service's frame cache, but its first push fails as a defect would."""
+
+            def __init__(self, frames: Any) -> None:
+                self._frames = frames
+
+            def frame(self, *args: Any, **kwargs: Any) -> Any:
+                if not failed:
+                    failed.append(1)
+                    raise ValueError("a defect encoding a push")
+                return self._frames.frame(*args, **kwargs)
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(self._frames, name)
+
+        monkeypatch.setattr(server.service, "frames", FailingOnce(server.service.frames))
+        table.replace(_resources(WEB1, WEB2, SVC, DB))
+        await _until(lambda: node.state.find_workload(DB.uid) == DB)
+        assert failed and node.client.connects == 2 and server.service.stats.stream_errors >= 1
+    finally:
+        await node.client.aclose()

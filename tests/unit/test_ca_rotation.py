@@ -3,7 +3,10 @@ signer swap, and the watcher's handling of files written one by one or swapped w
 
 from __future__ import annotations
 
+import asyncio
 import datetime
+import itertools
+import ssl
 from collections.abc import Callable
 from pathlib import Path
 
@@ -350,3 +353,36 @@ def test_the_fixture_pki_is_valid_at_now() -> None:
     for pair in (ROOT, NEW_ROOT, FIRST, SECOND, UNDER_NEW_ROOT):
         cert = pair.certificate
         assert cert.not_valid_before_utc <= datetime.datetime.fromtimestamp(NOW, tz=datetime.UTC)
+
+
+async def test_the_watcher_outlives_a_reload_callback_that_fails_and_takes_the_next_set(tmp_path: Path) -> None:
+    write_plain(tmp_path, cacerts_files(FIRST, ROOT.cert_pem))
+    reloads: list[str] = []
+
+    def on_reload(ca: RootCa, what: str) -> None:
+        reloads.append(subject_of(ca.signer.cert_pem))
+        if len(reloads) == 1:
+            raise ssl.SSLError("the serving certificate could not be loaded")  # a defect in the consumer
+
+    watcher = PluginCaWatcher(
+        CaPaths.in_directory(tmp_path),
+        plugin_ca_from_files(_read(tmp_path), NOW),
+        on_reload=on_reload,
+        on_refused=lambda refusal, message: None,
+        clock=lambda: NOW,
+        interval=0.005,
+    )
+    task = asyncio.create_task(watcher.run())
+    try:
+        for wanted, files in ((1, cacerts_files(SECOND, ROOT.cert_pem)), (2, cacerts_files(FIRST, ROOT.cert_pem))):
+            write_plain(tmp_path, files)
+            async with asyncio.timeout(5):
+                for _ in itertools.count():
+                    if len(reloads) == wanted:
+                        break
+                    await asyncio.sleep(0.005)
+            assert not task.done()
+        assert reloads == ["CN=Intermediate 2", "CN=Intermediate 1"]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -178,3 +178,24 @@ async def test_watcher_repairs_in_the_background(node: tuple[Path, Path, Path]) 
             if plugins(primary)[-1] == OURS:
                 break
         assert plugins(primary)[-1] == OURS and watcher.repairs == 1
+
+
+async def test_watcher_outlives_a_conf_dir_replaced_by_a_file_and_repairs_once_it_is_back(
+    node: tuple[Path, Path, Path],
+) -> None:
+    conf_dir, bin_dir, exe = node
+    primary = conf_dir / "10-ambit-lab.conflist"
+    async with InstallWatcher(conf_dir, bin_dir, OURS, exe, interval=0.01) as watcher:
+        moved = conf_dir.with_name("conf-moved")
+        conf_dir.rename(moved)
+        conf_dir.write_text("not a directory")  # the scan fails with NotADirectoryError for a while
+        await asyncio.sleep(0.05)
+        assert watcher._task is not None and not watcher._task.done()
+        conf_dir.unlink()
+        moved.rename(conf_dir)
+        primary.write_text(json.dumps(CONFLIST))  # meanwhile the primary CNI rewrote its config
+        for _ in range(200):
+            await asyncio.sleep(0.01)
+            if plugins(primary)[-1] == OURS:
+                break
+        assert plugins(primary)[-1] == OURS

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from ambit.controlplane.status import plan_conditions, rfc3339
+import asyncio
+import time
+from collections.abc import Mapping
+from typing import Any, cast
+
+from ambit.controlplane.status import StatusWriter, plan_conditions, rfc3339
 from ambit.controlplane.translate import PolicyStatus
+from ambit.k8s import KubeClient, kinds
 
 ACCEPTED = PolicyStatus("ns", "p", 2, True, "Accepted", "attached to ztunnel")
 T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:01:00Z"
@@ -90,3 +96,30 @@ def test_a_status_only_update_of_a_policy_does_not_need_a_translation() -> None:
     assert _translated_part(policy) != _translated_part(relabelled)
     respecced = {**policy, "spec": {"action": "ALLOW"}}
     assert _translated_part(policy) != _translated_part(respecced)
+
+
+async def test_a_writer_whose_planning_fails_once_tries_again_instead_of_ending() -> None:
+    """A defect planning one object's status (hostile spec fields) is logged and the pass retried; before, it ended
+    the writer's task and no status was ever written again."""
+    plans: list[str] = []
+    planned_twice = asyncio.Event()
+
+    class Flaky(StatusWriter):
+        def _plan(self, status: Mapping[str, Any], key: str, namespace: str, now: str) -> dict[str, Any] | None:
+            plans.append(key)
+            if len(plans) == 2:
+                planned_twice.set()
+            if len(plans) == 1:
+                raise TypeError("a defect in the plan")
+            return None
+
+    objects = [{"metadata": {"name": "allow", "namespace": "apps", "resourceVersion": "1"}}]
+    client = cast(KubeClient, object())  # never reached: nothing is planned
+    writer = Flaky(client, lambda: objects, clock=time.time, retry=0.01, kind=kinds.AUTHORIZATION_POLICIES, name="t")
+    writer.start()
+    try:
+        writer._wake()
+        await asyncio.wait_for(planned_twice.wait(), 5)
+        assert plans == ["apps/allow", "apps/allow"]
+    finally:
+        await writer.aclose()

@@ -41,6 +41,7 @@ from ambit.cni.addcheck import (
     resolved_dirs,
 )
 from ambit.cni.enrolment import (
+    Enrolment,
     EnrolmentError,
     EnrolmentManager,
     EnrolmentState,
@@ -50,6 +51,7 @@ from ambit.cni.pluginevent import AddEvent, PluginEventServer
 from ambit.cni.selection import DEFAULT_EXCLUDED_NAMESPACES, is_ambient
 from ambit.k8s import Informer, InformerSettings, KubeClient, KubeClientError, KubeNotFoundError
 from ambit.k8s.kinds import NAMESPACES, PODS
+from ambit.supervision import watch
 
 log = logging.getLogger("ambit.cni.agent")
 
@@ -135,7 +137,7 @@ class NodeAgent:
             await before_serving()
         await self.server.start()
         name = f"node agent {self.settings.node_name} pending retries"
-        self._retry_task = asyncio.get_running_loop().create_task(self._retry_pending(), name=name)
+        self._retry_task = watch(asyncio.get_running_loop().create_task(self._retry_pending(), name=name))
 
     async def aclose(self) -> None:
         task, self._retry_task = self._retry_task, None
@@ -216,36 +218,44 @@ class NodeAgent:
             pending = self.manager.pending()
             for gone in self._retries.keys() - {r.uid for r in pending}:
                 del self._retries[gone]
-            for record in pending:
-                now = loop.time()
-                failures, due = self._retries.setdefault(record.uid, (0, now + self.retry_delay(0)))
-                if now < due:
-                    continue
-                pod = self.pods.find(record.name, record.namespace)
-                if pod is None or str(_meta(pod).get("uid")) != record.uid:
-                    continue
-                if not self.wants(pod) or _phase(pod) in TERMINAL_PHASES:
-                    await self.manager.unenrol(pod, record.netns_path)
-                    continue
-                path = record.netns_path or self.netns_for(pod)
-                if path is None:
-                    continue
+            for record in pending:  # each on its own: see _retry_one
                 try:
-                    await self.manager.enrol(pod, path)
-                except EnrolmentError as exc:
-                    delay = self.retry_delay(failures + 1)
-                    self._retries[record.uid] = (failures + 1, loop.time() + delay)
-                    log.warning(
-                        "pod %s/%s still pending (retry %d), next retry in %.1fs: %s",
-                        record.namespace,
-                        record.name,
-                        failures + 1,
-                        delay,
-                        exc,
-                    )
-                else:
-                    self._retries.pop(record.uid, None)
-                    log.info("pod %s/%s enrolled on retry %d", record.namespace, record.name, failures + 1)
+                    await self._retry_one(record, loop.time())
+                except Exception:  # a defect with one pod must not end the retries of every other pod of the node
+                    failures = self._retries.get(record.uid, (0, 0.0))[0] + 1
+                    self._retries[record.uid] = (failures, loop.time() + self.retry_delay(failures))
+                    log.exception("pod %s/%s: retry %d failed", record.namespace, record.name, failures)
+
+    async def _retry_one(self, record: Enrolment, now: float) -> None:
+        loop = asyncio.get_running_loop()
+        failures, due = self._retries.setdefault(record.uid, (0, now + self.retry_delay(0)))
+        if now < due:
+            return
+        pod = self.pods.find(record.name, record.namespace)
+        if pod is None or str(_meta(pod).get("uid")) != record.uid:
+            return
+        if not self.wants(pod) or _phase(pod) in TERMINAL_PHASES:
+            await self.manager.unenrol(pod, record.netns_path)
+            return
+        path = record.netns_path or self.netns_for(pod)
+        if path is None:
+            return
+        try:
+            await self.manager.enrol(pod, path)
+        except EnrolmentError as exc:
+            delay = self.retry_delay(failures + 1)
+            self._retries[record.uid] = (failures + 1, loop.time() + delay)
+            log.warning(
+                "pod %s/%s still pending (retry %d), next retry in %.1fs: %s",
+                record.namespace,
+                record.name,
+                failures + 1,
+                delay,
+                exc,
+            )
+        else:
+            self._retries.pop(record.uid, None)
+            log.info("pod %s/%s enrolled on retry %d", record.namespace, record.name, failures + 1)
 
     # -- the CNI plugin's add event -------------------------------------------------------------------------
     async def _cmdadd(self, event: AddEvent) -> None:

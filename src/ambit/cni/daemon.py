@@ -15,7 +15,10 @@ put back what the uninstall removes.
 
 When the agent's kubeconfig names a ``tokenFile`` (a rotated service-account token), the plugin's kubeconfig,
 which holds a copy of the token, is rewritten within ``PLUGIN_TOKEN_INTERVAL`` seconds of each rotation (as
-istio-cni rewrites its plugin kubeconfig when its token changes).
+istio-cni rewrites its plugin kubeconfig when its token changes). A write that fails (a full disk, the run
+directory gone for a while) is logged and tried again at the next look. That keeper is essential
+(:mod:`ambit.supervision` rule 4): should it end by a defect, the agent stops as at a signal, but keeps the plugin
+installed, and exits non-zero for the kubelet to start it again.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from ambit.cni.shutdown import owner_state, plugin_stays
 from ambit.commands import CommandRunner, SubprocessRunner
 from ambit.k8s import EventRecorder, EventRecorderSettings, KubeClient
 from ambit.k8s.connection import SERVICE_ACCOUNT_DIR
+from ambit.supervision import TaskEndedError, watch
 from ambit.zds import ZDS_SOCKET
 from ambit.zds.server import ZdsServer
 
@@ -151,23 +155,33 @@ async def _keep_plugin_kubeconfig(
                 log.warning("cannot re-read %s for the plugin's token: %s", kubeconfig, exc)
             else:
                 if missing or (last and token != last):
-                    installer.write_kubeconfig(path, server, ca_pem, token)
+                    try:
+                        installer.write_kubeconfig(path, server, ca_pem, token)
+                    except OSError as exc:  # a full disk, a run dir removed: tried again at the next check
+                        log.warning("cannot write the plugin's kubeconfig %s: %s", path, exc)
+                        next_read = 0.0
+                        await asyncio.sleep(check)
+                        continue
                     what = "was missing" if missing else "has the rotated token"
                     log.info("the plugin's kubeconfig %s: written again", what)
                 last = token
         await asyncio.sleep(check)
 
 
-async def _until_signalled() -> None:
+async def _until_signalled(lost: asyncio.Future[TaskEndedError]) -> None:
+    """Until SIGTERM or SIGINT; raise what ``lost`` holds if an essential task ends first."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    lost.add_done_callback(lambda _: stop.set())
     try:
         await stop.wait()
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
+    if lost.done():
+        raise lost.result()
 
 
 async def run_node_agent(
@@ -230,8 +244,15 @@ async def run_node_agent(
                 client, EventRecorderSettings(reporting_controller="ambit.dev/node-agent", reporting_instance=node)
             )
             recorder.start()
-            token_keeper = asyncio.create_task(
-                _keep_plugin_kubeconfig(kubeconfig, run_dir, in_cluster), name="plugin kubeconfig"
+            lost: asyncio.Future[TaskEndedError] = asyncio.get_running_loop().create_future()
+
+            def essential_lost(error: TaskEndedError) -> None:
+                if not lost.done():
+                    lost.set_result(error)
+
+            token_keeper = watch(
+                asyncio.create_task(_keep_plugin_kubeconfig(kubeconfig, run_dir, in_cluster), name="plugin kubeconfig"),
+                on_failure=essential_lost,
             )
             try:
                 manager = EnrolmentManager(
@@ -248,7 +269,7 @@ async def run_node_agent(
                     health.ready = True
                 log.info("node agent %s is running", node)
                 try:
-                    await _until_signalled()
+                    await _until_signalled(lost)
                     if owner is not None:
                         state = await owner_state(client, *owner)
                         remove = not plugin_stays(state)

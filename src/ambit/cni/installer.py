@@ -19,7 +19,9 @@ shebang names the virtualenv's interpreter) or a wrapper from :func:`render_wrap
 
 Files are written atomically (temporary file in the same directory, then ``os.replace``). :class:`InstallWatcher`
 polls a cheap stat signature of both directories and re-runs the install when anything changed, so an edit by
-the primary CNI (or an admin) that drops our entry is repaired within one interval.
+the primary CNI (or an admin) that drops our entry is repaired within one interval. Only cancellation ends the
+watcher: a poll that fails (a directory unreadable or replaced by a file for a while) is logged and the next poll
+comes as usual, so the plugin is repaired once the directory is back.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from typing import Any
 
 from ambit.cni.errors import CniError
 from ambit.cni.plugin import PLUGIN_TYPE
+from ambit.supervision import poll_every
 
 log = logging.getLogger(__name__)
 
@@ -247,9 +250,9 @@ class InstallWatcher:
         return result
 
     async def run(self) -> None:
-        while True:
-            self.check()
-            await asyncio.sleep(self.interval)
+        """Check every ``interval`` seconds until cancelled; a failed check (an unreadable directory) is logged and
+        the next one comes as usual (:func:`ambit.supervision.poll_every`)."""
+        await poll_every(self.interval, self.check, f"the CNI install watcher of {self.conf_dir}")
 
     async def __aenter__(self) -> InstallWatcher:
         self.check()

@@ -28,7 +28,8 @@ Rules:
    when the result equals what the route carries.
 7. A patch carries the object's ``resourceVersion``: if someone else wrote in between, the API server refuses it
    (409) and the next translation, seeing the newer object, plans again. A failed write is retried after the next
-   change or ``retry`` seconds; it never stops the writer.
+   change or ``retry`` seconds; it never stops the writer, nor does a pass that fails by a defect planning one
+   object's status (logged with its traceback, retried the same way).
 8. One writer may own several condition types of a kind (a ServiceEntry's ``WaypointBound``, ``WaypointMissing``
    and ``VisibilityApplied``): each is planned as above, one after the other, and one patch carries them all, so the
    two never race each other's ``resourceVersion``.
@@ -280,7 +281,12 @@ class StatusWriter:
         while True:
             await self._dirty.wait()
             self._dirty.clear()
-            if not await self.write_once():
+            try:
+                ok = await self.write_once()
+            except Exception:  # a defect (planning one object's status): retried like a failed write, never the end
+                log.exception("%s: status pass failed", self._name)
+                ok = False
+            if not ok:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._dirty.wait(), self._retry)
                 self._dirty.set()

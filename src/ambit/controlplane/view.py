@@ -48,7 +48,9 @@ Invariants:
 - Nothing is handed over before every informer has listed once: a partial cache would tell the proxies that
   workloads are gone.
 - A change that arrives while ``on_config`` runs marks the view dirty again and causes another translation.
-- ``on_config`` failing (``OSError``, e.g. a full disk for the file writer) is retried after the next debounce.
+- ``on_config`` failing (``OSError``, e.g. a full disk for the file writer) is retried after the next debounce;
+  so is any other error of a hand-over (a defect in a consumer, logged with its traceback): only cancellation ends
+  the view's task, else the control plane would push no later change of the cluster.
 """
 
 from __future__ import annotations
@@ -478,8 +480,11 @@ class ClusterView:
                 self._hand_over()
                 if self._observer is not None and self.change_started is not None:
                     self._observer.debounced(self._clock() - self.change_started)
-            except OSError as exc:
-                log.error("cannot apply the cluster's configuration: %s", exc)
+            except Exception as exc:  # an OSError, or a defect in a consumer: the view must go on handing over
+                if isinstance(exc, OSError):
+                    log.error("cannot apply the cluster's configuration: %s", exc)
+                else:
+                    log.exception("cannot apply the cluster's configuration: %r", exc)
                 self._dirty_since = self.change_started if self._dirty_since is None else self._dirty_since
                 self._dirty.set()  # try again after the next debounce
                 await asyncio.sleep(1.0)

@@ -20,8 +20,11 @@ connections go to a successor if there is one), says GOAWAY on inbound HBONE con
 the node agent (deletes still stop pods), and waits until the connections already accepted have ended, at most
 ``drain_max`` seconds if the node agent said a successor holds every pod (a hand-over), else ``drain_deadline``;
 then whatever is left is closed, one log line per connection, and the process exits. A second signal cuts the wait
-short. A connection that never ends holds the drain for that bound at most; only the node agent (over the ZDS
-socket, which only root on the node reaches) can choose the longer bound, and it cannot extend it further.
+short. An essential task that ends (the ZDS client's, or housekeeping: :mod:`ambit.supervision` rule 4) stops
+the proxy the same way, and :func:`run_node_proxy` then raises its :class:`TaskEndedError` so that the process exits
+non-zero and is started again. A connection that never ends holds the drain for that bound at most; only the
+node agent (over the ZDS socket, which only root on the node reaches) can choose the longer bound, and it cannot
+extend it further.
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ from ambit.proxy.context import ProxyContext
 from ambit.proxy.hostnames import HostnameResolver, upstream_lookup
 from ambit.proxy.pool import ConnectionPool
 from ambit.proxy.revocation import RevocationManager
+from ambit.supervision import TaskEndedError, watch
 from ambit.telemetry.accesslog import AccessLog
 from ambit.telemetry.endpoints import ProxyEndpoints, new_admin_token, write_admin_token
 from ambit.telemetry.flows import FlowRing
@@ -220,6 +224,8 @@ class NodeProxy:
             ipv6=settings.ipv6,
         )
         self._tasks: list[asyncio.Task[None]] = []
+        self.failure: TaskEndedError | None = None
+        """Why an essential task ended (the process then stops and exits non-zero), or None."""
         self._notify_fd = settings.notify_fd
 
     @staticmethod
@@ -307,23 +313,26 @@ class NodeProxy:
         write_admin_token(self.admin_token_file, self.admin_token)
         if self.context.revocation is not None:
             self.context.revocation.poll()  # before any listener: the first connections are checked too
-            self._tasks.append(asyncio.create_task(self.context.revocation.run(), name="CRL file watcher"))
+            self._tasks.append(watch(asyncio.create_task(self.context.revocation.run(), name="CRL file watcher")))
         await self.endpoints.start()
         if self.watcher is not None:
             self.watcher.poll()
-            self._tasks.append(asyncio.create_task(self.watcher.run(), name="local config watcher"))
+            self._tasks.append(watch(asyncio.create_task(self.watcher.run(), name="local config watcher")))
         elif self.xds is not None:
             await self.xds.start()
         else:
             self.readiness.done(STATE_TASK)
         await self.zds.start()
+        for task in self.zds.tasks:  # without its node agent the proxy takes no pod: essential
+            watch(task, on_failure=self._essential_lost)
         if self.self_inbound is not None:
             try:
                 await self.self_inbound.start()
             except OSError as exc:  # the rest of the proxy works without it
                 log.error("self-proxy listener on %s:15008 not opened: %s", self.settings.own_address, exc)
                 self.self_inbound = None
-        self._tasks.append(asyncio.create_task(self._housekeeping(), name="node proxy housekeeping"))
+        housekeeping = asyncio.create_task(self._housekeeping(), name="node proxy housekeeping")
+        self._tasks.append(watch(housekeeping, on_failure=self._essential_lost))
         log.info("node proxy for %s is running (ZDS %s)", self.settings.node, self.settings.zds_socket)
 
     async def _housekeeping(self) -> None:
@@ -362,6 +371,12 @@ class NodeProxy:
                     "draining: a successor holds every pod; connections may run %g s more",
                     max(command.deadline - self.context.clock(), 0.0),
                 )
+
+    def _essential_lost(self, error: TaskEndedError) -> None:
+        """An essential task ended (:mod:`ambit.supervision` rule 4): stop, and exit non-zero afterwards."""
+        if self.failure is None:
+            self.failure = error
+            self.request_stop(str(error))
 
     def request_stop(self, reason: str) -> None:
         """Ask for the graceful drain (a second ask cuts it short); from a signal handler or the admin port."""
@@ -445,9 +460,7 @@ class NodeProxy:
             self._notify_fd = None
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await asyncio.gather(*self._tasks, return_exceptions=True)  # an error was logged at once (supervision)
         await self.zds.aclose()
         if self.xds is not None:
             await self.xds.aclose()
@@ -473,3 +486,5 @@ async def run_node_proxy(settings: NodeProxySettings) -> None:
         await proxy.run()
     finally:
         await proxy.aclose()
+    if proxy.failure is not None:
+        raise proxy.failure  # non-zero: the kubelet starts the node proxy again

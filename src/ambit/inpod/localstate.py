@@ -4,12 +4,13 @@ Theory of operation: :class:`LocalConfigWatcher` polls the file's identity (inod
 second — the lab replaces it atomically by rename, so a changed identity means a complete new file. A file that
 does not parse is reported once (one log line naming the field) and the last good state stays in force: bad input
 never empties the proxy's view of the mesh. A missing file is an empty configuration only until a first good one
-was read; after that it keeps the last state too.
+was read; after that it keeps the last state too, as it does while the file cannot even be looked at (EACCES,
+ENOTDIR: reported once). Only cancellation ends the watcher: an error of one poll is logged and the next one comes
+as usual.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from pathlib import Path
 from ambit.model.localconfig import LocalConfigError, parse_local_config
 from ambit.model.policy import Policy
 from ambit.model.state import WorkloadState
+from ambit.supervision import poll_every
 
 log = logging.getLogger("ambit.inpod.localstate")
 
@@ -35,6 +37,7 @@ class LocalConfigWatcher:
         self.path, self._state, self._on_change = path, state, on_change
         self._on_policies = on_policies
         self._seen: tuple[int, int, int] | None = None
+        self._stat_error = ""
         self.loaded = False
         """A good configuration was applied at least once."""
         self.errors = 0
@@ -48,6 +51,13 @@ class LocalConfigWatcher:
                 self.loaded = True
                 self._on_change()
             return False
+        except OSError as exc:  # EACCES, ENOTDIR, ELOOP: the last good configuration stays, looked at again later
+            if str(exc) != self._stat_error:  # once per new error, not five times a second
+                self.errors += 1
+                log.error("%s: cannot look at the file: %s (keeping the last good configuration)", self.path, exc)
+            self._stat_error, self._seen = str(exc), None
+            return False
+        self._stat_error = ""
         identity = (st.st_ino, st.st_size, st.st_mtime_ns)
         if identity == self._seen:
             return False
@@ -67,6 +77,5 @@ class LocalConfigWatcher:
         return True
 
     async def run(self) -> None:
-        while True:
-            self.poll()
-            await asyncio.sleep(POLL_INTERVAL)
+        """Poll until cancelled; an error of one poll is logged, the next comes as usual (:mod:`ambit.supervision`)."""
+        await poll_every(POLL_INTERVAL, self.poll, f"the local config watcher of {self.path}")

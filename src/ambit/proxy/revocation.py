@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ambit.proxy.errors import ProxyError
+from ambit.supervision import poll_every
 from ambit.telemetry.metrics import ProxyMetrics, Reporter
 
 if TYPE_CHECKING:
@@ -220,10 +221,10 @@ class RevocationManager:
         self.error = message
 
     async def run(self) -> None:
-        """Poll every ``interval`` seconds until cancelled."""
-        while True:
-            await asyncio.sleep(self._interval)
-            self.poll()
+        """Poll every ``interval`` seconds until cancelled; an error of one poll (a connection's ``on_revoked``, a
+        CRL the parser chokes on) is logged and the next poll comes as usual (:mod:`ambit.supervision`)."""
+        await asyncio.sleep(self._interval)
+        await poll_every(self._interval, self.poll, f"the CRL watcher of {self.path}")
 
     def to_dump(self) -> dict[str, Any]:
         now = datetime.datetime.fromtimestamp(self._wall_clock(), tz=datetime.UTC)

@@ -46,6 +46,7 @@ from ambit.hbone.grpc_calls import StatusCode
 from ambit.model.policy import Policy
 from ambit.model.state import WorkloadState
 from ambit.model.workload import Service, Workload
+from ambit.supervision import watch
 from ambit.xds.authorization import decode_authorization
 from ambit.xds.client_session import ClientSession, ClientUpdate, Decoder
 from ambit.xds.convert import ADDRESS_TYPE_URL, decode_address
@@ -161,7 +162,7 @@ class XdsClient:
         return self.session.synced
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self.run(), name=f"xds client {self.target}")
+        self._task = watch(asyncio.create_task(self.run(), name=f"xds client {self.target}"))
 
     async def aclose(self) -> None:
         if self._task is not None:

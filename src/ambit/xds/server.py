@@ -22,7 +22,10 @@ client names that is not served is answered as a message and never becomes a cac
 node proxy accepts is counted (:attr:`XdsStats.oversized`) and logged once, not split (:mod:`ambit.xds.frames`).
 Large responses (a wildcard answer) are written a few at a time across all streams (:mod:`ambit.xds.send_budget`),
 so a thousand node proxies opening at once do not each hold a copy in gRPC's buffers at the same moment.
-A stream's failure ends that stream only; it is logged and counted.
+A stream's failure ends that stream only; it is logged and counted. A pusher that fails (a write or a defect
+encoding a push) ends its stream too, at once: a stream left open without its pusher would never be pushed to
+again, and its client, still connected, would keep a stale view; ended, the client connects again and gets a full
+snapshot.
 :class:`XdsServer` owns a TLS grpc.aio server with the service on it (the CA service can share it through
 :meth:`XdsServer.grpc_server` before :meth:`XdsServer.start`). The server tolerates client keepalive pings every
 15 s and pings idle clients itself, as istiod does (:mod:`ambit.xds.keepalive`).
@@ -56,6 +59,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import itertools
 import json
@@ -355,10 +359,16 @@ class XdsService:
         pusher = asyncio.create_task(
             self._push_loop(session, context, lock, changes, visible, stream_id), name=f"xds push {caller}"
         )
+        handler = asyncio.current_task()
+        pusher.add_done_callback(functools.partial(self._pusher_done, handler, stream_id))
         version: list[str] = []  # the proxy version it was counted under, once its first request came
         try:
             await self._read_loop(session, context, lock, caller, visible, stream_id, connected_at, version)
-        except (asyncio.CancelledError, grpc.aio.AbortError):
+        except asyncio.CancelledError:
+            if handler is None or not _failed(pusher):
+                raise
+            handler.uncancel()  # our own cancel (_pusher_done): return, and gRPC ends the stream for the client
+        except grpc.aio.AbortError:
             raise
         except Exception as exc:
             self.stats.stream_errors += 1
@@ -375,6 +385,17 @@ class XdsService:
             self.sync.close(stream_id)
             pusher.cancel()
             await asyncio.gather(pusher, return_exceptions=True)
+
+    def _pusher_done(self, handler: asyncio.Task[Any] | None, stream_id: int, pusher: asyncio.Task[None]) -> None:
+        """A stream whose pusher failed would stay open and never be pushed to again (a stale proxy): end it, and
+        the client connects again and is sent a full snapshot."""
+        if pusher.cancelled() or (exc := pusher.exception()) is None:
+            return
+        self.stats.stream_errors += 1
+        self._observer.stream_failed()
+        log.error("xds stream %d: pushing failed, ending the stream: %r", stream_id, exc, exc_info=exc)
+        if handler is not None:
+            handler.cancel()  # interrupts the reader's wait; the handler then returns (see _admitted)
 
     def _resources(self, type_url: str, visible: Mapping[str, CallerView]) -> ResourceSet:
         source: ResourceSource | CallerView | None = visible.get(type_url) or self._sources.get(type_url)
@@ -515,6 +536,10 @@ class XdsService:
         started = self._timer()  # the write's time includes its wait for a slot of the send budget
         await self.send_budget.write(len(response) if isinstance(response, Frame) else 0, context.write(response))
         self._observer.write_took(self._timer() - started)
+
+
+def _failed(task: asyncio.Task[None]) -> bool:
+    return task.done() and not task.cancelled() and task.exception() is not None
 
 
 class _Changes:

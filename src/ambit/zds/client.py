@@ -8,7 +8,8 @@ nack). The session outlives connections: pods keep running across reconnects unt
 Whatever ends a connection, the task connects again: end of stream, a failed receive, a send that fails because the
 agent closed its end while a pod command ran (EPIPE on the Del's ack: the agent stopping just after a pod was
 deleted), or any other error (logged with its traceback, then the back-off): a node proxy without its agent can
-take no pod, so the loop must never end but by ``aclose``.
+take no pod, so the loop must never end but by ``aclose``. A connect that cannot even make its socket (EMFILE: the
+proxy out of fds under load) is a failed connect like any other: the back-off, then again.
 
 fd ownership: the netns fd of an Add is lent to the handler for the duration of ``open_listeners`` and closed here
 afterwards; a handler that needs it longer dups it. When the handler fails, the pod is nacked and kept pending
@@ -19,7 +20,6 @@ listeners open (the pod then counts as running, and readiness follows) or a Del 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import random
@@ -108,16 +108,20 @@ class ZdsClient:
         """Connected, the snapshot received and no pod pending (spec §3.3 readiness)."""
         return self._sock is not None and not self._sock.closed and self.session.ready
 
+    @property
+    def tasks(self) -> tuple[asyncio.Task[None], ...]:
+        """The connection task and the pending pods' retry task, once started: only ``aclose`` ends them."""
+        return tuple(task for task in (self._task, self._retry_task) if task is not None)
+
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"zds client {self.socket_path}")
         self._retry_task = asyncio.create_task(self._retry_pending(), name=f"zds pending pods {self.socket_path}")
 
     async def aclose(self) -> None:
-        for task in (self._task, self._retry_task):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        tasks = self.tasks
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)  # one that ended by an error was logged (supervision)
         self._task = self._retry_task = None
         if self._sock is not None:
             self._sock.close()
@@ -176,7 +180,11 @@ class ZdsClient:
             log.info("disconnected from %s; reconnecting", self.socket_path)
 
     async def _connect(self) -> ZdsSocket | None:
-        raw = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+        try:  # the socket itself too: a node proxy out of fds (EMFILE) under load tries again after the back-off
+            raw = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+        except OSError as exc:
+            log.warning("cannot make a socket for %s: %s", self.socket_path, exc)
+            return None
         raw.setblocking(False)
         try:
             await asyncio.get_running_loop().sock_connect(raw, str(self.socket_path))

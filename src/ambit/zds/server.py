@@ -18,6 +18,10 @@ Invariants:
   retired and closed once no session has anything queued or in flight (``hub.deadline is None``), so an fd number
   the hub may still send is never closed and reused under it.
 - an ``add`` future is settled exactly once: by the Ack, the nack, the connection's end, or its own timeout.
+- only ``aclose`` ends the accept task: a failed accept (EMFILE, ENFILE, ECONNABORTED) is logged and tried again
+  after ``ACCEPT_RETRY``; a node agent that stopped accepting would leave its node without a node proxy for good.
+- a connection's reader ends only with its connection: an unexpected error drops the connection (logged with its
+  traceback) as a closed one is dropped, so its adds fail at once and the node proxy connects again.
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ log = logging.getLogger("ambit.zds.server")
 
 ADD_TIMEOUT = 2 * REQUEST_TIMEOUT
 """An Add may queue behind one other request (each with its own 5 s deadline) before its own ack."""
+ACCEPT_RETRY = 0.1
+"""Seconds before accepting again after a failed accept (EMFILE: the agent out of fds under load)."""
 
 
 class ZdsLinkError(ZdsError):
@@ -170,7 +176,12 @@ class ZdsServer:
         assert self._listener is not None
         loop = asyncio.get_running_loop()
         while True:
-            sock, _ = await loop.sock_accept(self._listener)
+            try:
+                sock, _ = await loop.sock_accept(self._listener)
+            except OSError as exc:  # EMFILE and friends: the listener stays, the node proxy's connect waits
+                log.warning("ZDS accept on %s failed: %s", self.socket_path, exc)
+                await asyncio.sleep(ACCEPT_RETRY)
+                continue
             self._next_id += 1
             cid = self._next_id
             conn = _Connection(ZdsSocket(sock))
@@ -181,6 +192,15 @@ class ZdsServer:
             log.info("node proxy connected (connection %d)", cid)
 
     async def _read_loop(self, cid: int, conn: _Connection) -> None:
+        try:
+            await self._read_datagrams(cid, conn)
+        except Exception:  # a defect: drop this connection (its node proxy reconnects), never leave it unread
+            log.exception("connection %d: ended by an unexpected error", cid)
+            async with self._lock:
+                await self._drop(cid, "an unexpected error")
+                await self._perform(self._hub.tell_successors(self._now()))
+
+    async def _read_datagrams(self, cid: int, conn: _Connection) -> None:
         while not conn.sock.closed:
             try:
                 datagram = await conn.sock.receive()

@@ -44,6 +44,7 @@ from ambit.controlplane.ca.rotation import (
     Refusal,
     judge_ca_files,
 )
+from ambit.supervision import poll_every
 
 log = logging.getLogger(__name__)
 
@@ -142,9 +143,10 @@ class PluginCaWatcher:
         return verdict
 
     async def run(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval)
-            self.poll()
+        """Poll every ``interval`` seconds until cancelled; an error of one poll (a file, or a callback that fails)
+        is logged and the next poll comes as usual (:mod:`ambit.supervision`)."""
+        await asyncio.sleep(self._interval)
+        await poll_every(self._interval, self.poll, f"the plug-in CA watcher of {self.paths.cert.parent}")
 
     def _signature(self) -> Signature:
         parts: list[object] = []

@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ambit.supervision import poll_every
 from ambit.tls.revocation import RevocationError, RevocationList
 
 log = logging.getLogger(__name__)
@@ -136,6 +137,7 @@ class CrlFileWatcher:
             log.error("CRL %s: %s", self.path, verdict.message)
 
     async def run(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval)
-            self.poll()
+        """Poll every ``interval`` seconds until cancelled; an error of one poll (a file, or a callback that fails)
+        is logged and the next poll comes as usual (:mod:`ambit.supervision`)."""
+        await asyncio.sleep(self._interval)
+        await poll_every(self._interval, self.poll, f"the CRL file watcher of {self.path}")

@@ -39,6 +39,9 @@ Invariants:
 - A Gateway whose ``parametersRef`` is unusable, whose template does not evaluate, or whose overlays cannot be
   applied, gets nothing written:
   what was deployed for it stays as it is, and its status says why.
+
+The controller's task ends only by cancellation: a pass that fails by a defect (logged with its traceback) is
+retried after ``retry`` seconds, as one with a failed write is.
 """
 
 from __future__ import annotations
@@ -364,8 +367,11 @@ class GatewayController:
             self._dirty.clear()
             try:
                 ok = await self.reconcile_once()
-            except KubeClientError as exc:  # a bug would be; the API server's refusals are handled per Gateway
+            except KubeClientError as exc:  # the API server's refusals are handled per Gateway
                 log.warning("gateway controller pass failed: %s", exc)
+                ok = False
+            except Exception:  # a defect with one object must not stop every later pass: retried like a failure
+                log.exception("gateway controller pass failed")
                 ok = False
             if not ok:
                 with contextlib.suppress(TimeoutError):
