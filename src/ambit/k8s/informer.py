@@ -260,23 +260,14 @@ class Informer:
 
     # -- list -----------------------------------------------------------------------------------------------
     async def _list(self) -> None:
-        if self.transform is None:
-            items, version = await self.client.list(
-                self.kind,
-                self.namespace,
-                label_selector=self.label_selector,
-                field_selector=self.field_selector,
-                limit=self.settings.page_size,
-            )
-        else:  # each page as it arrives (rule 6)
-            items, version = await self.client.list(
-                self.kind,
-                self.namespace,
-                label_selector=self.label_selector,
-                field_selector=self.field_selector,
-                limit=self.settings.page_size,
-                transform=self.transform,
-            )
+        items, version = await self.client.list(
+            self.kind,
+            self.namespace,
+            label_selector=self.label_selector,
+            field_selector=self.field_selector,
+            limit=self.settings.page_size,
+            transform=self.transform,  # each page as it arrives (rule 6); None keeps objects whole
+        )
         self.stats.lists += 1
         self._backoff.reset()
         old = self._cache
