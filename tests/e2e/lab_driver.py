@@ -300,7 +300,7 @@ class Lab:
         logs = [*(self.directory / "logs").glob("*.log"), *(self.directory / "nodes").glob("*/runtime.log")]
         if self.installed:
             logs += [log for what in COMPONENT_APPS for log in self.component_logs(what)]
-        return [str(p) for p in logs if "Traceback (most recent call last)" in p.read_text(errors="replace")]
+        return [f"{p}:\n{excerpt}" for p in logs if (excerpt := traceback_excerpt(p.read_text(errors="replace")))]
 
     # -- the mesh's components ---------------------------------------------------------------------------------
     # The mesh is installed from deploy/ as on a cluster: the node proxy is a ztunnel DaemonSet pod in its own
@@ -620,3 +620,13 @@ def deployment_manifest(name: str, replicas: int, container: dict[str, Any]) -> 
             },
         },
     }
+
+
+def traceback_excerpt(text: str, *, before: int = 2, after: int = 40) -> str:
+    """The first Python traceback in a log's ``text`` with the lines logged just before it (what failed), or "" when
+    there is none: a failing check then shows what went wrong, not only which file it is in."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if "Traceback (most recent call last)" in line:
+            return "\n".join(lines[max(0, i - before) : i + after])
+    return ""

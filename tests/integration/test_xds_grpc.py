@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from ambit.model.workload import NetworkAddress, PortMapping, Service, Workload
 from ambit.tls.certs import issue_server_cert, new_ca
 from ambit.xds.client import Backoff, XdsClient
 from ambit.xds.convert import ADDRESS_TYPE_URL
-from ambit.xds.server import Caller, XdsServer
+from ambit.xds.server import Caller, StreamWriteError, XdsServer, _sent
 from ambit.xds.table import AddressTable
 
 SERVER_NAME = "istiod.istio-system.svc"
@@ -359,7 +360,10 @@ async def test_a_client_that_stops_reading_holds_back_neither_the_others_nor_mem
 
 
 async def test_a_stream_whose_push_fails_is_ended_and_the_client_resyncs_on_a_new_one(
-    pki: Pki, table_and_server: tuple[AddressTable, XdsServer], monkeypatch: pytest.MonkeyPatch
+    pki: Pki,
+    table_and_server: tuple[AddressTable, XdsServer],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Before, a push that raised ended only the stream's pusher task: the stream stayed open, the node proxy stayed
     connected and was never pushed to again (a stale view of the mesh until it reconnected for another reason)."""
@@ -386,8 +390,60 @@ async def test_a_stream_whose_push_fails_is_ended_and_the_client_resyncs_on_a_ne
                 return getattr(self._frames, name)
 
         monkeypatch.setattr(server.service, "frames", FailingOnce(server.service.frames))
-        table.replace(_resources(WEB1, WEB2, SVC, DB))
-        await _until(lambda: node.state.find_workload(DB.uid) == DB)
+        with caplog.at_level(logging.INFO, logger="ambit.xds.server"):
+            table.replace(_resources(WEB1, WEB2, SVC, DB))
+            await _until(lambda: node.state.find_workload(DB.uid) == DB)
         assert failed and node.client.connects == 2 and server.service.stats.stream_errors >= 1
+        [record] = [r for r in caplog.records if "pushing failed" in r.getMessage()]
+        assert record.levelno == logging.ERROR and record.exc_info is not None  # a defect shows its traceback
+    finally:
+        await node.client.aclose()
+
+
+class _GoneContext:
+    """A servicer context whose call gRPC has ended (the client left): a write fails as grpc's own do."""
+
+    async def write(self, response: object) -> None:
+        raise RuntimeError('Failed "execute_batch": (<SendMessageOperation>,)')
+
+
+async def test_a_write_to_a_call_that_ended_is_a_stream_write_error_not_a_defect() -> None:
+    with pytest.raises(StreamWriteError, match='RuntimeError: Failed "execute_batch"'):
+        await _sent(_GoneContext(), dpb.DeltaDiscoveryResponse())
+
+
+async def test_a_push_that_cannot_be_written_ends_the_stream_in_one_line_without_a_traceback(
+    pki: Pki,
+    table_and_server: tuple[AddressTable, XdsServer],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A client that leaves while a push is on its way makes the write fail (grpc's ExecuteBatchError): an event of
+    the network, logged as one line like a failed read, not as a defect (the lab's log checks fail on tracebacks)."""
+    table, server = table_and_server
+    node = _client(pki, server.port)
+    await node.client.start()
+    try:
+        await _until(lambda: node.client.synced)
+        budget, failed = server.service.send_budget, []
+
+        class GoneOnce:
+            """The send budget, but the first push's write meets a call that ended."""
+
+            async def write(self, size: int, write: Any) -> None:
+                if not failed:
+                    failed.append(1)
+                    write.close()  # the real write is never started
+                    await _sent(_GoneContext(), dpb.DeltaDiscoveryResponse())
+                await budget.write(size, write)
+
+        monkeypatch.setattr(server.service, "send_budget", GoneOnce())
+        with caplog.at_level(logging.INFO, logger="ambit.xds.server"):
+            table.replace(_resources(WEB1, WEB2, SVC, DB))
+            await _until(lambda: node.state.find_workload(DB.uid) == DB)
+        assert failed and node.client.connects == 2 and server.service.stats.stream_errors >= 1
+        [record] = [r for r in caplog.records if "could not be written" in r.getMessage()]
+        assert record.levelno == logging.INFO and record.exc_info is None
+        assert not [r for r in caplog.records if r.exc_info]
     finally:
         await node.client.aclose()

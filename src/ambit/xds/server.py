@@ -23,7 +23,8 @@ node proxy accepts is counted (:attr:`XdsStats.oversized`) and logged once, not 
 Large responses (a wildcard answer) are written a few at a time across all streams (:mod:`ambit.xds.send_budget`),
 so a thousand node proxies opening at once do not each hold a copy in gRPC's buffers at the same moment.
 A stream's failure ends that stream only; it is logged and counted. A pusher that fails (a write or a defect
-encoding a push) ends its stream too, at once: a stream left open without its pusher would never be pushed to
+encoding a push) ends its stream too, at once (a failed write is one line, as the client's leaving is; a defect is
+logged with its traceback): a stream left open without its pusher would never be pushed to
 again, and its client, still connected, would keep a stale view; ended, the client connects again and gets a full
 snapshot.
 :class:`XdsServer` owns a TLS grpc.aio server with the service on it (the CA service can share it through
@@ -393,7 +394,10 @@ class XdsService:
             return
         self.stats.stream_errors += 1
         self._observer.stream_failed()
-        log.error("xds stream %d: pushing failed, ending the stream: %r", stream_id, exc, exc_info=exc)
+        if isinstance(exc, StreamWriteError):  # the client left while a push was on its way: one line, as a read
+            log.info("xds stream %d: a push could not be written (%s), ending the stream", stream_id, exc)
+        else:
+            log.error("xds stream %d: pushing failed, ending the stream: %r", stream_id, exc, exc_info=exc)
         if handler is not None:
             handler.cancel()  # interrupts the reader's wait; the handler then returns (see _admitted)
 
@@ -534,8 +538,19 @@ class XdsService:
 
     async def _write(self, context: Any, response: Frame | dpb.DeltaDiscoveryResponse) -> None:
         started = self._timer()  # the write's time includes its wait for a slot of the send budget
-        await self.send_budget.write(len(response) if isinstance(response, Frame) else 0, context.write(response))
+        await self.send_budget.write(len(response) if isinstance(response, Frame) else 0, _sent(context, response))
         self._observer.write_took(self._timer() - started)
+
+
+class StreamWriteError(Exception):
+    """A push could not be written to its stream: the client went away, or gRPC ended the call (not a defect)."""
+
+
+async def _sent(context: Any, response: Frame | dpb.DeltaDiscoveryResponse) -> None:
+    try:
+        await context.write(response)
+    except Exception as exc:  # grpc's own types (ExecuteBatchError, UsageError...) are not all public
+        raise StreamWriteError(f"{type(exc).__name__}: {exc}") from exc
 
 
 def _failed(task: asyncio.Task[None]) -> bool:
