@@ -180,6 +180,8 @@ class Http2Session:
     # --- writing (rules 1 and 3) --------------------------------------------------------------------------
 
     async def flush(self) -> None:
+        if not self.conn.outgoing and not self._lock.locked():
+            return  # nothing to write and no write under way: what taking the lock would find, without it
         async with self._lock:
             data = self.conn.data_to_send()
             if data and not self.broken:
