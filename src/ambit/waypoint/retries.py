@@ -383,9 +383,13 @@ class RetryMachine:
             self.state = RetryState.ATTEMPTING
             timer = self._attempt_timer(event.now)
             return [] if timer is None else [timer]
-        if type(event) is RequestBodySent and state is not RetryState.IDLE and state is not RetryState.DONE:
-            if event.total <= REPLAY_LIMIT or not self.replayable:
-                return []
+        if (
+            type(event) is RequestBodySent
+            and state is not RetryState.IDLE
+            and state is not RetryState.DONE
+            and (event.total <= REPLAY_LIMIT or not self.replayable)
+        ):
+            return []
         return self.handle_by_table(event)
 
     def handle_by_table(self, event: Event) -> list[Command]:

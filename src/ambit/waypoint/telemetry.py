@@ -374,7 +374,8 @@ _REQUEST_TEXT_FIELDS = _TEXT_FIELDS[_SOURCE:]
 def _source_text(values: tuple[str, str, str, str]) -> str:
     """The ``src.*`` pairs of a line, rendered once per connection (its client's ``ip:port`` is in the key) for the
     last thousand connections; its values stay out of :func:`_recurring_text`'s cache."""
-    return " ".join(prefix + _text(value) for (prefix, _), value in zip(_TEXT_FIELDS, values) if value)
+    pairs = zip(_TEXT_FIELDS[:_SOURCE], values, strict=True)
+    return " ".join(prefix + _text(value) for (prefix, _), value in pairs if value)
 
 
 def _format_text(message: str, record: RequestRecord) -> str:
