@@ -15,6 +15,7 @@ from tests.unit.jwt_keys import claims, rsa_signer
 
 from ambit.model.requestauth import MAX_JWKS_BYTES, JwtRule, RequestAuthentication
 from ambit.requestauth import Authenticated, Rejected, authenticate
+from ambit.requestauth import keys as keys_module
 from ambit.requestauth.reasons import JWKS_FETCH_FAILED
 from ambit.waypoint.jwks import JwksFetchError, JwksManager, JwksSettings, fetch_jwks
 
@@ -201,3 +202,22 @@ async def test_a_uri_no_policy_names_is_forgotten(server: KeyServer) -> None:
         assert server.url() in keys.remote
         manager.update(())
         assert manager.find_key_sets().remote == {}
+
+
+async def test_inline_key_sets_are_parsed_when_the_policies_arrive_not_by_the_first_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    signer = rsa_signer()
+    policies = (RequestAuthentication("jwt", "app", (JwtRule(ISS, jwks=signer.jwks()),)),)
+    async with JwksManager() as manager:
+        manager.update(policies)
+
+        def parsed_late(text: str) -> object:
+            raise AssertionError("a key set was parsed on the request path")
+
+        monkeypatch.setattr(keys_module, "parse_jwks", parsed_late)
+        keys = manager.find_key_sets()
+        now = time.time()
+        token = signer.sign(claims(ISS, now=now))
+        outcome = authenticate("GET", "/", (("authorization", f"Bearer {token}"),), policies, keys, now)
+        assert isinstance(outcome, Authenticated) and outcome.identity is not None

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from ambit.telemetry.access_sink import AccessSink
 from ambit.telemetry.log_format import LogFormatter
+from ambit.waypoint import telemetry
 from ambit.waypoint.telemetry import RequestLog, RequestRecord, format_request_log
 
 NOW = 1_700_000_123.456
@@ -195,6 +196,7 @@ _TEXTS = st.one_of(
         RequestRecord,
         src_addr=_TEXTS,
         src_workload=_TEXTS,
+        src_namespace=_TEXTS,
         src_identity=_TEXTS,
         dst_addr=_TEXTS,
         dst_service=_TEXTS,
@@ -213,3 +215,25 @@ _TEXTS = st.one_of(
 )
 def test_the_request_line_in_one_pass_equals_its_field_by_field_form(record: RequestRecord) -> None:
     assert format_request_log(record) == _reference(record)
+
+
+def test_the_source_fields_are_rendered_once_per_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    rendered: list[str] = []
+    real = telemetry._text
+
+    def counted(value: str) -> str:
+        rendered.append(value)
+        return real(value)
+
+    monkeypatch.setattr(telemetry, "_text", counted)
+    telemetry._source_text.cache_clear()
+    telemetry._recurring_text.cache_clear()
+    source = {"src_addr": "10.0.0.1:40000", "src_workload": "web-0", "src_namespace": "app", "src_identity": "id"}
+    lines = [
+        format_request_log(RequestRecord(**source, path=f"/{i}", request_id=str(i), response_code=200))
+        for i in range(3)
+    ]
+    assert [rendered.count(v) for v in source.values()] == [1, 1, 1, 1]
+    assert all(line.startswith("request complete src.addr=10.0.0.1:40000 src.workload=web-0 ") for line in lines)
+    other = format_request_log(RequestRecord(src_addr="10.0.0.1:40001", src_workload="web-0", response_code=200))
+    assert other.startswith("request complete src.addr=10.0.0.1:40001 src.workload=web-0 protocol=HTTP/1.1 ")

@@ -1,7 +1,8 @@
 """What the waypoint and the ingress gateway load before any traffic (issue 17's memory goal, 60 MB at 1,000 req/s):
 never the control plane's translation (it imported every translator and yaml, ~27 MiB, for one port-name table) and
 not aiohttp until a RequestAuthentication's ``jwksUri`` is fetched (~9 MiB more), nor prometheus_client (with the
-http.server and wsgiref it loads, ~2-3 MiB) until the first scrape of ``/metrics``."""
+http.server and wsgiref it loads, ~2-3 MiB) until the first scrape of ``/metrics``, nor PyJWT (with the urllib.request
+and http.client its key-set client loads, ~1 MiB) until a RequestAuthentication's keys arrive."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import sys
 
 import pytest
 
-NOT_BEFORE_USE = ("aiohttp", "yaml", "yarl", "multidict", "prometheus_client", "wsgiref")
+NOT_BEFORE_USE = ("aiohttp", "yaml", "yarl", "multidict", "prometheus_client", "wsgiref", "jwt")
 
 
 @pytest.mark.parametrize("module", ["ambit.waypoint.process", "ambit.waypoint.ingress"])

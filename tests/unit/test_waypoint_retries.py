@@ -37,6 +37,7 @@ from ambit.waypoint.retries import (
     StartAttempt,
     StreamRefused,
     UpstreamReset,
+    _Input,
     backoff_delay,
 )
 
@@ -329,3 +330,71 @@ def test_every_exchange_ends_in_one_outcome_within_the_retry_budget(
     outcomes += [c for c in pending if isinstance(c, ForwardResponse | RespondLocally | AbortResponse)]
     assert len(outcomes) == 1
     assert machine.attempt <= (1 if big_body else attempts + 1)
+
+
+# Rule 11: the fast path takes the table's own steps
+
+_now = st.floats(0.0, 10.0)
+_try = st.integers(0, 3)
+_events = st.one_of(
+    st.builds(AttemptStarted, _try, _now),
+    st.builds(ResponseHead, _try, st.sampled_from([101, 200, 404, 503, 504]), _now),
+    st.builds(ConnectFailed, _try, _now),
+    st.builds(DnsFailed, _try),
+    st.builds(AttemptTimedOut, _try, _now),
+    st.builds(StreamRefused, _try, _now),
+    st.builds(UpstreamReset, _try),
+    st.just(RequestTimedOut()),
+    st.builds(RequestBodySent, st.sampled_from([0, 1, REPLAY_LIMIT, REPLAY_LIMIT + 1])),
+    st.just(BodyStarted()),
+    st.just(ResponseCompleted()),
+)
+
+
+def _step(machine: RetryMachine, event: Event | None, *, by_table: bool) -> object:
+    """The commands of one step, or the error it raised (``event`` None: begin)."""
+    try:
+        if event is None:
+            return machine._step(_Input.BEGIN, None) if by_table else machine.begin()
+        return machine.handle_by_table(event) if by_table else machine.handle(event)
+    except RetryStateError as exc:
+        return str(exc)
+
+
+@given(
+    attempts=st.integers(0, 3),
+    codes=st.sampled_from([(503,), (503, 504), ()]),
+    request_timeout=st.none() | st.floats(0.5, 5.0),
+    backend_timeout=st.none() | st.floats(0.1, 2.0),
+    script=st.lists(st.none() | _events, max_size=12),
+)
+def test_the_fast_path_gives_the_tables_state_and_commands_for_any_events(
+    attempts: int,
+    codes: tuple[int, ...],
+    request_timeout: float | None,
+    backend_timeout: float | None,
+    script: list[Event | None],
+) -> None:
+    policy = RetryPolicy(attempts=attempts, codes=codes, on_connect_failure=attempts % 2 == 0)
+    timeouts = Timeouts(request=request_timeout, backend_request=backend_timeout)
+    fast, table = RetryMachine(policy, timeouts, 1.0), RetryMachine(policy, timeouts, 1.0)
+    for event in [None, *script]:  # begin first, then anything, begin again included
+        assert _step(fast, event, by_table=False) == _step(table, event, by_table=True)
+        assert (fast.state, fast.attempt, fast.replayable) == (table.state, table.attempt, table.replayable)
+
+
+def test_a_first_try_that_succeeds_takes_the_fast_path_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    machine = RetryMachine(DEFAULT, Timeouts(request=5.0, backend_request=1.0), 100.0)
+
+    def no_table(*args: object) -> object:
+        raise AssertionError("the table was looked up")
+
+    monkeypatch.setattr(machine, "handle_by_table", no_table)
+    monkeypatch.setattr(machine, "_step", no_table)
+    assert machine.begin() == [ArmRequestTimer(105.0), StartAttempt(1, 0.0)]
+    assert machine.handle(AttemptStarted(1, 100.0)) == [ArmAttemptTimer(1, 101.0)]
+    assert machine.handle(RequestBodySent(10)) == []
+    assert machine.handle(ResponseHead(1, 200, 100.5)) == [ForwardResponse(1)]
+    assert machine.handle(BodyStarted()) == []
+    assert machine.handle(ResponseCompleted()) == []
+    assert machine.done

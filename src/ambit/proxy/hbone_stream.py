@@ -10,7 +10,9 @@ wants to send is flushed to the transport. There is exactly one dispatch functio
 
 - ``read`` returns the next DATA chunk and only then tells the core the bytes are consumed, which is what
   reopens the peer's HTTP/2 window: a reader that stops reading stops the peer after one window, so memory per
-  stream is bounded by the window, not by what the peer wants to send.
+  stream is bounded by the window, not by what the peer wants to send. A read that owes the peer a
+  WINDOW_UPDATE (once per half window) sends it with the iteration's other writes (``flush_soon``); the others
+  write nothing.
 - ``write`` hands the bytes to the core, which are flushed at the end of the loop iteration (the writes of one
   iteration share a TLS record and a system call), and waits while the core holds more than :data:`WRITE_BOUND`
   bytes it could not frame yet (the peer's window is shut) or while the TLS transport's buffer is above its
@@ -194,8 +196,10 @@ class HboneStream:
         assert self._chunks is not None
         data, flow_length = self._chunks.popleft()
         if self._error is None:
-            self._session.core.consumed(self.stream_id, flow_length)
-            self._session.flush()
+            core = self._session.core
+            core.consumed(self.stream_id, flow_length)
+            if core.outgoing:  # a WINDOW_UPDATE is owed (once per half window): most reads owe nothing
+                self._session.flush_soon()
         return data if isinstance(data, bytes) else data.tobytes()
 
     async def write(self, data: bytes | memoryview) -> None:

@@ -7,6 +7,10 @@ from its JWK; a key may verify only the algorithms of its type and curve (RSA: R
 ``oct``: HS*; OKP Ed25519: EdDSA), only its own ``alg`` if it names one, and none when it is shorter than PyJWT's
 minimum (RSA 2048 bits, HMAC the digest size). :class:`KeySets` holds the sets of every rule for one request.
 Never raises on a key set.
+
+PyJWT is imported by the first key set parsed (:func:`_pyjwt`), when a RequestAuthentication's keys arrive (inline
+in the configuration, or fetched), not when a request comes: a proxy that no RequestAuthentication applies to
+never loads it.
 """
 
 from __future__ import annotations
@@ -15,11 +19,8 @@ import binascii
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
-
-import jwt
-from jwt.algorithms import Algorithm, get_default_algorithms
-from jwt.api_jwk import PyJWK
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
 from ambit.model.requestauth import MAX_JWKS_BYTES, JwtRule, RequestAuthentication
 from ambit.requestauth.reasons import (
@@ -29,6 +30,9 @@ from ambit.requestauth.reasons import (
     JWKS_NO_VALID_KEYS,
     JWKS_NOT_JSON,
 )
+
+if TYPE_CHECKING:
+    from jwt.algorithms import Algorithm
 
 __all__ = ["MAX_JWKS_KEYS", "JsonWebKey", "JsonWebKeySet", "JwksRejected", "KeySets", "parse_jwks"]
 
@@ -96,7 +100,16 @@ _KEY_ALGORITHMS = {
     ("oct", ""): ("HS256", "HS384", "HS512"),
     ("OKP", "Ed25519"): ("EdDSA",),
 }
-_PYJWT_ALGORITHMS = get_default_algorithms()
+
+
+@cache
+def _pyjwt() -> tuple[type[Any], type[Exception], dict[str, Algorithm]]:
+    """PyJWT's JWK class, its error root and its algorithms by name, imported on first use."""
+    import jwt
+    from jwt.algorithms import get_default_algorithms
+    from jwt.api_jwk import PyJWK
+
+    return PyJWK, jwt.PyJWTError, get_default_algorithms()
 
 
 def _key(entry: object) -> JsonWebKey | None:
@@ -110,17 +123,18 @@ def _key(entry: object) -> JsonWebKey | None:
         names = tuple(n for n in names if n == alg)
     if not names:
         return None
+    jwk, jwt_error, algorithms = _pyjwt()
     try:
         # PyJWK builds the key from the JWK; rule 7 then decides which algorithms may use it.
-        key = PyJWK({k: v for k, v in entry.items() if k != "alg"}, algorithm=names[0]).key
-    except (jwt.PyJWTError, ValueError, TypeError, KeyError, OverflowError, binascii.Error):
+        key = jwk({k: v for k, v in entry.items() if k != "alg"}, algorithm=names[0]).key
+    except (jwt_error, ValueError, TypeError, KeyError, OverflowError, binascii.Error):
         return None
     verifiers: dict[str, tuple[Algorithm, Any]] = {}
     for name in names:
-        algorithm = _PYJWT_ALGORITHMS[name]
+        algorithm = algorithms[name]
         try:
             prepared = algorithm.prepare_key(key)
-        except (jwt.PyJWTError, ValueError, TypeError):
+        except (jwt_error, ValueError, TypeError):
             continue
         if algorithm.check_key_length(prepared) is None:
             verifiers[name] = (algorithm, prepared)

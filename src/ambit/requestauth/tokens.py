@@ -18,8 +18,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import jwt
-
 from ambit.model.requestauth import DEFAULT_HEADER, DEFAULT_PARAM, JwtRule
 from ambit.requestauth.keys import JwksRejected, KeySets
 from ambit.requestauth.reasons import (
@@ -214,6 +212,8 @@ def verify_token(parsed: ParsedToken, rule: JwtRule, keys: KeySets, now: float) 
     candidates = [k for k in key_set.keys if k.fits(parsed.alg, parsed.kid)]
     if not candidates:
         return NO_MATCHING_KEY
+    import jwt  # loaded already: a key set was parsed (:mod:`ambit.requestauth.keys`)
+
     for key in candidates:
         algorithm, prepared = key.verifiers[parsed.alg]
         try:

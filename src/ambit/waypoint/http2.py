@@ -11,7 +11,8 @@ Rules:
 1. One writer at a time: :meth:`Http2Session.flush` takes the engine's output and writes it under a lock, so
    frames leave in the order the engine made them. The reader flushes after every read (ACKs, WINDOW_UPDATEs,
    resets) and so stops reading while the peer does not take what we write: a peer that floods without reading
-   stalls its own connection, and the engine's rule B ends it.
+   stalls its own connection, and the engine's rule B ends it. Each write is bounded by ``idle_timeout`` through
+   one :class:`~ambit.waypoint.idle.OperationBound` (one timer for many writes, not one per write).
 2. Receiving is flow-controlled by the consumer: a channel holds what arrived for its stream, and the window is
    reopened (``consumed``) only when the consumer takes a piece, after it wrote the previous one on. A stream
    thus holds at most its window, a connection at most its connection window, whatever the peer sends.
@@ -50,6 +51,7 @@ from ambit.hbone.messages import Http2ClientConnection, Http2ServerConnection
 from ambit.proxy.streams import ByteStream
 from ambit.waypoint.errors import WaypointError
 from ambit.waypoint.http1 import BodyData, Headers, MessageEnded, ResponseStarted
+from ambit.waypoint.idle import OperationBound
 
 EndpointKey = tuple[str, str, int, Hashable]
 """(workload uid, IP, target port, transport), as :data:`ambit.waypoint.upstream.EndpointKey`."""
@@ -165,6 +167,8 @@ class Http2Session:
         self.served = 0
         """Streams opened on this session so far (an upstream session is ``reused`` after its first)."""
         self._lock = asyncio.Lock()
+        self._writes = OperationBound()
+        """Bounds each write by ``idle_timeout`` with one timer for many (the lock makes them one at a time)."""
         self._flusher: asyncio.Task[None] | None = None
         self._dirty = False
         self._eof_after_flush = False
@@ -180,12 +184,13 @@ class Http2Session:
     # --- writing (rules 1 and 3) --------------------------------------------------------------------------
 
     async def flush(self) -> None:
+        if not self.conn.outgoing and not self._lock.locked():
+            return  # nothing to write and no write under way: what taking the lock would find, without it
         async with self._lock:
             data = self.conn.data_to_send()
             if data and not self.broken:
                 try:
-                    async with asyncio.timeout(self.idle_timeout):
-                        await self.stream.write(data)
+                    await self._writes.run(self.stream.write(data), self.idle_timeout)
                 except (AmbitError, OSError, TimeoutError) as exc:
                     self.broken = True
                     self._end(f"write failed: {exc or type(exc).__name__}")
@@ -265,6 +270,7 @@ class Http2Session:
                 self._end("stopped")
             with contextlib.suppress(Exception):
                 await self.flush()  # our GOAWAY
+            self._writes.close()
             if self.broken:
                 self.stream.abort()
             else:

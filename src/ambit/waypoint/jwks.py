@@ -134,6 +134,8 @@ class JwksManager:
             fresh = self._sources[uri] = _Source(uri, timeout)
             fresh.task = asyncio.get_running_loop().create_task(self._refresh(fresh), name=f"jwks {uri}")
         self._snapshot = None
+        if self._policies:  # inline key sets (and PyJWT, on first use) parsed now, not by the next request
+            self.find_key_sets()
 
     def find_key_sets(self) -> KeySets:
         """The keys known now (rule 4): inline sets parsed once per :meth:`update`, fetched sets as they stand."""

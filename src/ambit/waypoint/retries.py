@@ -40,6 +40,10 @@ Rules:
    ignored, as is every event once the exchange is done.
 10. Any other (state, event) pair is the shell's mistake and raises :class:`RetryStateError`: the table below lists
     every pair that is allowed.
+11. The steps of a try that succeeds (the first try started, a head that is not retried forwarded, the response
+    body started and completed, a replayable body piece sent) are taken without classifying the event and looking
+    up the table (:meth:`RetryMachine.handle`'s fast path): they are the table's own entries, written out, and
+    give the same state and commands as :meth:`RetryMachine.handle_by_table`, which every other step takes.
 """
 
 from __future__ import annotations
@@ -356,9 +360,40 @@ class RetryMachine:
         return self.state is RetryState.DONE
 
     def begin(self) -> list[Command]:
-        return self._step(_Input.BEGIN, None)
+        if self.state is not RetryState.IDLE:
+            return self._step(_Input.BEGIN, None)  # raises (rule 10)
+        self.state, self.attempt = RetryState.WAITING, 1  # the table's (IDLE, BEGIN), written out (rule 11)
+        start = StartAttempt(1, 0.0)
+        return [start] if self.request_deadline is None else [ArmRequestTimer(self.request_deadline), start]
 
     def handle(self, event: Event) -> list[Command]:
+        """Rule 11's fast path for the steps of a try that succeeds, else :meth:`handle_by_table`."""
+        state = self.state
+        if state is RetryState.FORWARDING:
+            if type(event) is ResponseCompleted:
+                self.state = RetryState.DONE
+                return []
+            if type(event) is BodyStarted:
+                return []
+        elif state is RetryState.ATTEMPTING:
+            if type(event) is ResponseHead and event.attempt == self.attempt and event.status not in self.retry.codes:
+                self.state = RetryState.FORWARDING
+                return [ForwardResponse(self.attempt)]
+        elif state is RetryState.WAITING and type(event) is AttemptStarted and event.attempt == self.attempt:
+            self.state = RetryState.ATTEMPTING
+            timer = self._attempt_timer(event.now)
+            return [] if timer is None else [timer]
+        if (
+            type(event) is RequestBodySent
+            and state is not RetryState.IDLE
+            and state is not RetryState.DONE
+            and (event.total <= REPLAY_LIMIT or not self.replayable)
+        ):
+            return []
+        return self.handle_by_table(event)
+
+    def handle_by_table(self, event: Event) -> list[Command]:
+        """Every step through the table (rules 9 and 10); :meth:`handle` takes rule 11's steps without it."""
         if self.state is RetryState.DONE:
             return []
         if isinstance(event, _PER_TRY) and event.attempt != self.attempt:

@@ -16,8 +16,9 @@ call per finished request records all four under the metrics lock.
 ``request failed`` (WARNING), logfmt-style like the node proxy's connection lines, on the ``access`` logger; it
 notes how many tries the request took upstream (``attempts``). :class:`RequestLog` writes it through an
 :class:`~ambit.telemetry.access_sink.AccessSink`: batched per event-loop iteration, past ``logging`` when the
-process's logging allows, the same bytes either way. The values that recur per connection or per route are
-rendered once each for the last thousand distinct ones.
+process's logging allows, the same bytes either way. The ``src.*`` pairs, fixed for a connection, are rendered
+once per connection, and the values that recur per destination or route once each, for the last thousand of
+either.
 
 The Telemetry API's overrides (:mod:`ambit.waypoint.metric_overrides`; each request passes the current
 configuration's, compiled when they are not the ones compiled last, so once per configuration) change the
@@ -362,21 +363,35 @@ _STRING_FIELDS = (
 """(log key, record attribute, recurs) of the string fields :meth:`RequestRecord.fields` lists first, in its
 order."""
 _TEXT_FIELDS = tuple((f"{key}=", _recurring_text if recurs else _text) for key, _, recurs in _STRING_FIELDS)
-_GET_STRINGS = operator.attrgetter(*(attr for _, attr, _ in _STRING_FIELDS))
+_SOURCE = 4
+"""The first fields, ``src.*``: fixed for a connection (its client's address, workload and identity)."""
+_GET_SOURCE = operator.attrgetter(*(attr for _, attr, _ in _STRING_FIELDS[:_SOURCE]))
+_GET_REQUEST = operator.attrgetter(*(attr for _, attr, _ in _STRING_FIELDS[_SOURCE:]))
+_REQUEST_TEXT_FIELDS = _TEXT_FIELDS[_SOURCE:]
+
+
+@functools.lru_cache(maxsize=1024)
+def _source_text(values: tuple[str, str, str, str]) -> str:
+    """The ``src.*`` pairs of a line, rendered once per connection (its client's ``ip:port`` is in the key) for the
+    last thousand connections; its values stay out of :func:`_recurring_text`'s cache."""
+    pairs = zip(_TEXT_FIELDS[:_SOURCE], values, strict=True)
+    return " ".join(prefix + _text(value) for (prefix, _), value in pairs if value)
 
 
 def _format_text(message: str, record: RequestRecord) -> str:
     """``message`` and :meth:`RequestRecord.fields` as ``key=value`` pairs, in one pass (it runs per request)."""
     parts = [message]
-    for (prefix, render), value in zip(_TEXT_FIELDS, _GET_STRINGS(record), strict=True):
+    source = _source_text(_GET_SOURCE(record))
+    if source:
+        parts.append(source)
+    for (prefix, render), value in zip(_REQUEST_TEXT_FIELDS, _GET_REQUEST(record), strict=True):
         if value:
             parts.append(prefix + render(value))
-    parts.append(f"response_code={record.response_code}")
-    parts.append("response_flags=" + _recurring_text(record.response_flags))
-    parts.append(f"attempts={record.attempts}")
-    parts.append(f"bytes_sent={record.bytes_sent}")
-    parts.append(f"bytes_recv={record.bytes_recv}")
-    parts.append(f"duration={round(max(record.duration_seconds, 0.0) * 1000)}ms")
+    parts.append(
+        f"response_code={record.response_code} response_flags={_recurring_text(record.response_flags)}"
+        f" attempts={record.attempts} bytes_sent={record.bytes_sent} bytes_recv={record.bytes_recv}"
+        f" duration={round(max(record.duration_seconds, 0.0) * 1000)}ms"
+    )
     if record.error:
         parts.append("error=" + _text(record.error))
     return " ".join(parts)
