@@ -274,6 +274,31 @@ class HeldVersions:
         self._differs: dict[str, str | None] = dict(versions or {})
         self._size = len(self._differs)
 
+    @classmethod
+    def against(cls, current: ResourceSet, versions: Mapping[str, str]) -> HeldVersions:
+        """``versions`` held on ``current`` as the base set (rule 12): only the names whose version differs from
+        it are kept, each as the set's own string where the set has the name, so that a reconnect naming a
+        slightly older set costs its differences, not a dict of every name."""
+        held = cls()
+        differs: dict[str, str | None] = {}
+        by_name = current.by_name
+        unknown = 0
+        for name, version in versions.items():
+            resource = by_name.get(name)
+            if resource is None:
+                differs[name] = version
+                unknown += 1
+            elif resource.version != version:
+                differs[resource.name] = version
+        if len(versions) - unknown < len(by_name):  # some of the set's resources are not held
+            differs.update((name, None) for name in by_name if name not in versions)
+        held._base, held._differs, held._size = current, differs, len(versions)
+        return held
+
+    def differing(self) -> Iterable[tuple[str, str | None]]:
+        """The names that differ from the base set, each with the version held (None: not held)."""
+        return self._differs.items()
+
     @property
     def base(self) -> ResourceSet:
         return self._base
@@ -457,8 +482,9 @@ class ServerSession:
                 initial = request.initial_resource_versions
                 if initial and current.holds_exactly(initial):
                     state.held.adopt(current)
-                else:
-                    state.held = HeldVersions(dict(initial))
+                elif initial:
+                    state.held = HeldVersions.against(current, initial)
+
             else:
                 state.held = HeldVersions(_shared(request.initial_resource_versions, current))
         kind, error = RequestKind.OPENED if opened else RequestKind.SUBSCRIPTION, ""
@@ -560,8 +586,15 @@ class ServerSession:
     ) -> Delta | None:
         """Rule 12: what rule 4 gives a wildcard client compared whole with ``current`` (it wants every resource),
         from two dicts' items; afterwards it holds ``current`` itself (rule 11)."""
-        if state.held.base is current and not state.held.differences:
-            return self._delta(type_url, state, (), ()) if always else None
+        if state.held.base is current:  # only what differs from it: no comparison of every name
+            by_name = current.by_name
+            differing = state.held.differing()
+            sent = tuple(by_name[name] for name in sorted(name for name, _ in differing if name in by_name))
+            removed = tuple(sorted(name for name, version in differing if version is not None and name not in by_name))
+            state.held.adopt(current)
+            if not sent and not removed and not always:
+                return None
+            return self._delta(type_url, state, sent, removed)
         versions = current.everything().versions
         held = state.held.as_dict()
         sent = tuple(current.by_name[name] for name in sorted(name for name, _ in versions.items() - held.items()))
