@@ -144,3 +144,20 @@ def test_a_reconnect_one_change_behind_keeps_one_difference_and_the_sets_own_str
     assert behind.differences == 1 and behind.get(NAMES[7]) == "a"
     ((name, _),) = behind.differing()
     assert name is following.by_name[NAMES[7]].name  # the set's string, not a copy from the request
+
+
+def test_an_exact_reconnect_is_recognised_whatever_else_its_request_carries_and_the_probe_is_left_clean() -> None:
+    current = _set({n: "a" for n in NAMES})
+    request = dpb.DeltaDiscoveryRequest(
+        type_url=A,
+        node=dpb.Node(id="ztunnel~198.18.0.1~ztunnel-x.istio-system~istio-system.svc.cluster.local"),
+        resource_names_subscribe=["*"],
+        initial_resource_versions=_versions(current),
+    )
+    assert current.holds_exactly(request)
+    assert [f.name for f, _ in current.versions_request().ListFields()] == ["initial_resource_versions"]
+    request.initial_resource_versions[NAMES[3]] = "b"
+    assert not current.holds_exactly(request)
+    del request.initial_resource_versions[NAMES[3]]
+    assert not current.holds_exactly(request)  # one name short
+    assert [f.name for f, _ in current.versions_request().ListFields()] == ["initial_resource_versions"]
