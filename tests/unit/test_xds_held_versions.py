@@ -116,3 +116,48 @@ def test_the_changes_between_two_sets_are_found_once_and_cost_only_the_changed_b
     assert new.changed_since(old) is new.changed_since(old)
     mine, theirs = SnapshotMap.of({"x": 1, "y": 2}), SnapshotMap.of({"x": 1, "z": 3})
     assert mine.differing_keys(theirs) == {"y", "z"}
+
+
+@given(holds=st.dictionaries(st.sampled_from([*NAMES, "gone-1", "gone-2"]), st.sampled_from("abc")), now=edits)
+def test_a_reconnect_that_differs_from_the_set_is_held_as_its_differences_on_the_set(
+    holds: dict[str, str], now: list[tuple[int, str | None]]
+) -> None:
+    current = _set({NAMES[i]: v for i, v in now if v is not None})
+    held = HeldVersions.against(current, holds)
+    assert dict(held.as_dict()) == holds and len(held) == len(holds)
+    assert held.base is current
+    wanted = _versions(current)
+    differing = {n for n in {*holds, *wanted} if holds.get(n) != wanted.get(n)}
+    assert held.differences == len(differing)  # the names it agrees on with the set cost it nothing
+
+
+def test_a_reconnect_one_change_behind_keeps_one_difference_and_the_sets_own_strings() -> None:
+    current = _set({n: "a" for n in NAMES})
+    following = current.updated([_resource(NAMES[7], "b")], [])
+    request = dpb.DeltaDiscoveryRequest(type_url=A, initial_resource_versions=_versions(current))
+    session = ServerSession()
+    (answer,) = session.receive(request, following).deltas
+    assert [r.name for r in answer.resources] == [NAMES[7]] and not answer.removed
+    held = session._types[A].held
+    assert held.base is following and held.differences == 0  # answered: it now holds the set itself
+    behind = HeldVersions.against(following, request.initial_resource_versions)
+    assert behind.differences == 1 and behind.get(NAMES[7]) == "a"
+    ((name, _),) = behind.differing()
+    assert name is following.by_name[NAMES[7]].name  # the set's string, not a copy from the request
+
+
+def test_an_exact_reconnect_is_recognised_whatever_else_its_request_carries_and_the_probe_is_left_clean() -> None:
+    current = _set({n: "a" for n in NAMES})
+    request = dpb.DeltaDiscoveryRequest(
+        type_url=A,
+        node=dpb.Node(id="ztunnel~198.18.0.1~ztunnel-x.istio-system~istio-system.svc.cluster.local"),
+        resource_names_subscribe=["*"],
+        initial_resource_versions=_versions(current),
+    )
+    assert current.holds_exactly(request)
+    assert [f.name for f, _ in current.versions_request().ListFields()] == ["initial_resource_versions"]
+    request.initial_resource_versions[NAMES[3]] = "b"
+    assert not current.holds_exactly(request)
+    del request.initial_resource_versions[NAMES[3]]
+    assert not current.holds_exactly(request)  # one name short
+    assert [f.name for f, _ in current.versions_request().ListFields()] == ["initial_resource_versions"]

@@ -5,8 +5,9 @@ MAX_REQUEST_BYTES (16 MiB) and nobody who is turned away may make the server hol
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
-from collections.abc import AsyncIterator
+import weakref
 
 from ambit.xds import server
 from ambit.xds.table import AddressTable
@@ -18,13 +19,26 @@ class Silent:
     def __init__(self) -> None:
         self.asked = False
 
-    def __aiter__(self) -> AsyncIterator[object]:
-        return self
-
-    async def __anext__(self) -> object:
+    async def read(self) -> object:
         self.asked = True
         await asyncio.sleep(3600)
-        raise StopAsyncIteration
+        raise AssertionError("unreachable")
+
+
+class Request:
+    """A request as big as it gets: only its lifetime matters here."""
+
+
+class Sent:
+    """A stream whose client sent its first request."""
+
+    def __init__(self) -> None:
+        self.request: weakref.ref[Request] | None = None
+
+    async def read(self) -> Request:
+        request = Request()
+        self.request = weakref.ref(request)
+        return request
 
 
 async def test_at_most_max_turned_away_first_requests_are_waited_for_at_once() -> None:
@@ -41,3 +55,14 @@ async def test_at_most_max_turned_away_first_requests_are_waited_for_at_once() -
     late = Silent()
     await asyncio.wait_for(service._let_land(late), 2.0)
     assert late.asked  # the slots were given back
+
+
+async def test_a_turned_away_request_is_let_go_as_soon_as_it_has_landed() -> None:
+    service = server.XdsService(AddressTable(), lambda metadata: None)
+    stream = Sent()
+    gc.disable()  # freed by its reference count: a flood of them must not wait for the cycle collector
+    try:
+        await service._let_land(stream)
+        assert stream.request is not None and stream.request() is None
+    finally:
+        gc.enable()

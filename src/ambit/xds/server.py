@@ -5,7 +5,12 @@ DeltaAggregatedResources``. Each new stream first passes :attr:`XdsService.admis
 (:mod:`ambit.xds.admission`: a bound on streams held and istiod's rate limit of new ones; a refused stream ends
 with ``RESOURCE_EXHAUSTED`` and a ``grpc-retry-pushback-ms`` trailer before it costs an authentication), then
 authenticates its caller from the gRPC metadata with the injected ``authenticate`` (None → ``UNAUTHENTICATED``
-before any resource is sent). Then two loops share one session:
+before any resource is sent). A node proxy reconnecting after a restart opens with every resource it holds named
+(``initial_resource_versions``: ~6.5 MB at 100,000 workloads), so a thousand of them at once would hold gigabytes
+if each stream's opening were read as soon as it arrived: an admitted stream reads its opening request only with
+one of :data:`MAX_OPENINGS` slots, and gives the slot back as soon as the session has decided the request; until
+then its client's bytes wait at the client (HTTP/2 flow control, with the receive windows kept at their initial
+size: :data:`RECEIVE_WINDOW_OPTIONS`). Then two loops share one session:
 
 - the reader feeds each request to the session and writes the response it returns;
 - the pusher sleeps until a :class:`~ambit.xds.table.ResourceSource` (one per type: Addresses, and Authorizations
@@ -114,9 +119,24 @@ MAX_REQUEST_BYTES = 16 * 1024 * 1024
 node proxy reconnecting to a restarted control plane names every resource it holds with its version in its opening
 request (~60 bytes each: 100,000 workloads and 10,000 Services make ~6.5 MiB) so that nothing unchanged is sent
 again. A service sharing the server bounds its own messages below this (the CA: 1 MiB)."""
+MAX_OPENINGS = 4
+"""Admitted streams whose opening request is read and decided at once (:meth:`XdsService._read_one`). A stream
+waiting for one of these slots has not asked gRPC for its first message, so its client's bytes stay at the client
+(HTTP/2 flow control lets only a stream window's worth through); a reading one holds the message (up to
+:data:`MAX_REQUEST_BYTES`) in gRPC's buffers, as bytes and parsed, until the session has decided it."""
+OPENING_READ_TIMEOUT = 10.0
+"""Seconds an admitted stream may take to send its opening request once it holds a slot (:data:`MAX_OPENINGS`); a
+stream slower than that is ended (``DEADLINE_EXCEEDED``), so that a few silent clients cannot stop every other
+stream from opening."""
 MAX_TURNED_AWAY = 8
 """Streams about to be refused or found unauthenticated whose first request is read at once (at most
 :data:`MAX_REQUEST_BYTES` each; :meth:`XdsService._let_land`)."""
+RECEIVE_WINDOW_OPTIONS: Mapping[str, int] = {"grpc.http2.bdp_probe": 0}
+"""gRPC options that keep what a client sends and the server has not asked for at the client: without bandwidth-
+delay probing each stream's HTTP/2 receive window stays at its initial 64 KiB instead of growing to megabytes on a
+fast link, so a stream waiting for admission or for an opening slot (:data:`MAX_OPENINGS`) holds at most that much
+of its opening request in gRPC's buffers. A stream that reads is not slowed: gRPC opens the window to the size of
+the message being read."""
 PUSHBACK_KEY = "grpc-retry-pushback-ms"
 """The trailer a refused stream's retry hint travels in (gRPC's server pushback)."""
 
@@ -244,16 +264,18 @@ class XdsService:
         send_budget: SendBudgetSettings = DEFAULT_SEND_BUDGET,
         admission: Admission | None = None,
         draw: Callable[[], float] = random.random,
+        openings: int = MAX_OPENINGS,
     ) -> None:
         """``clock`` stamps the sync status; ``timer`` (monotonic) measures what ``observer`` is told and times
         admission; ``frames`` holds the response bodies shared between streams (a bounded one of its own by
         default); ``send_budget`` limits the large responses written at once across streams; ``draw`` spreads
-        admission's retry hints."""
+        admission's retry hints; ``openings`` bounds the opening requests read at once (:data:`MAX_OPENINGS`)."""
         self.frames = frames if frames is not None else FrameCache()
         self.send_budget = SendBudget(send_budget)
         self.admission = admission if admission is not None else Admission()
         self._draw = draw
         self._turned_away = 0
+        self._openings = asyncio.Semaphore(openings)
         """Refused or unauthenticated streams whose first request is being let land (:func:`_first_request`)."""
         self._sources: dict[str, ResourceSource] = {ADDRESS_TYPE_URL: source}
         if authorizations is not None:
@@ -310,7 +332,7 @@ class XdsService:
         decision = self.admission.arrive(self._timer(), self._draw())  # before authentication (admission rule 3)
         if isinstance(decision, Refuse):
             self.stats.refused += 1
-            await self._let_land(request_iterator)
+            await self._let_land(context)
             await context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"xds: {decision.reason}, retry later",
@@ -324,7 +346,7 @@ class XdsService:
         finally:
             self.admission.leave()
 
-    async def _let_land(self, request_iterator: Any) -> None:
+    async def _let_land(self, context: Any) -> None:
         """The first request of a stream about to be turned away, let land (:func:`_first_request`) for at most
         :data:`MAX_TURNED_AWAY` such streams at once: a request may be up to :data:`MAX_REQUEST_BYTES`, and a flood of
         refused or unauthenticated streams must not make the server hold that much for each (the rest are aborted
@@ -333,7 +355,7 @@ class XdsService:
             return
         self._turned_away += 1
         try:
-            await _first_request(request_iterator)
+            await _first_request(context)
         finally:
             self._turned_away -= 1
 
@@ -341,7 +363,7 @@ class XdsService:
         caller = await self._caller(tuple(context.invocation_metadata() or ()))
         if caller is None:
             self.stats.unauthenticated += 1
-            await self._let_land(request_iterator)
+            await self._let_land(context)
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, "xds: a valid bearer token is required")
             return
         stream_id = next(self._ids)
@@ -416,28 +438,67 @@ class XdsService:
         connected_at: float,
         version: list[str],
     ) -> None:
-        debug_allowed: bool | None = None
-        observer, timer = self._observer, self._timer
-        while True:
-            request = await context.read()
+        debug_allowed: list[bool] = []
+        await self._openings.acquire()  # the opening request is not even read before a slot is free
+        slot: asyncio.Semaphore | None = self._openings  # _read_one owns it from its first line, and gives it back
+        while await self._read_one(
+            session, context, lock, caller, visible, stream_id, connected_at, version, debug_allowed, slot
+        ):
+            slot = None
+
+    async def _read_one(
+        self,
+        session: ServerSession,
+        context: Any,
+        lock: asyncio.Lock,
+        caller: Caller,
+        visible: Mapping[str, CallerView],
+        stream_id: int,
+        connected_at: float,
+        version: list[str],
+        debug_allowed: list[bool],
+        slot: asyncio.Semaphore | None,
+    ) -> bool:
+        """Read one request and answer it; False at the end of the stream. ``slot`` (an opening's) is given back
+        as soon as the request is decided: the request (up to :data:`MAX_REQUEST_BYTES`, several times that once
+        parsed) is not kept past that, and the answer is written without the slot, so that a slow reader never
+        holds up other openings."""
+        try:
+            if slot is None:
+                request = await context.read()
+            else:  # a client that takes its time over its opening request must not keep the slot from the others
+                try:
+                    async with asyncio.timeout(OPENING_READ_TIMEOUT):
+                        request = await context.read()
+                except TimeoutError:
+                    await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "xds: the opening request took too long")
             if request is grpc.aio.EOF:
-                return
+                return False
+            observer, timer = self._observer, self._timer
             if not version:
                 version.append(_node_version(request.node) if request.HasField("node") else "")
                 observer.client_connected(version[0])
             if request.type_url == SYNCZ_TYPE_URL:
-                if debug_allowed is None:
-                    debug_allowed = await self._may_debug(caller)
-                await self._answer_syncz(request, context, caller, debug_allowed)
-                continue
+                nonce = request.response_nonce
+                del request
+                _give_back(slot)
+                slot = None
+                if not debug_allowed:
+                    debug_allowed.append(await self._may_debug(caller))
+                await self._answer_syncz(nonce, context, caller, debug_allowed[0])
+                return True
             record = self.sync.open(stream_id, caller.name, caller.cluster_id, connected_at)
             if request.HasField("node"):
                 record.describe(request.node.id, _node_version(request.node))
-            served = request.type_url in self._sources  # only served types get an entry: the record stays small
-            async with lock:
+            type_url, nonce = request.type_url, request.response_nonce
+            served = type_url in self._sources  # only served types get an entry: the record stays small
+            async with lock:  # the session's answer and its write are one step (the pusher takes the same lock)
                 started = timer()
-                current = self._resources(request.type_url, visible)
+                current = self._resources(type_url, visible)
                 output = session.receive(request, current)
+                del request
+                _give_back(slot)
+                slot = None
                 for delta in output.deltas:
                     if served:
                         await self._write(context, self.frames.frame(current, delta))
@@ -445,20 +506,23 @@ class XdsService:
                         observer.response_written(delta.type_url, timer() - started)
                     else:  # a type URL the client made up never becomes a cache key (a client could grow it)
                         await self._write(context, delta.message())
+        finally:
+            _give_back(slot)
+        if served:
+            record.opened(type_url)
+        if output.kind is RequestKind.ACK:
+            self.stats.acks += 1
             if served:
-                record.opened(request.type_url)
-            if output.kind is RequestKind.ACK:
-                self.stats.acks += 1
-                if served:
-                    record.answered(request.type_url, request.response_nonce, self._clock())
-            elif output.kind is RequestKind.NACK:
-                self.stats.nacks += 1
-                if served:
-                    observer.rejected(request.type_url)
-                    record.answered(request.type_url, request.response_nonce, self._clock(), output.error or "NACK")
-                log.warning("xds: %s NACKed %s: %s", caller.name, request.response_nonce, output.error)
-            elif output.kind is RequestKind.STALE and served:
-                observer.nonce_expired(request.type_url)
+                record.answered(type_url, nonce, self._clock())
+        elif output.kind is RequestKind.NACK:
+            self.stats.nacks += 1
+            if served:
+                observer.rejected(type_url)
+                record.answered(type_url, nonce, self._clock(), output.error or "NACK")
+            log.warning("xds: %s NACKed %s: %s", caller.name, nonce, output.error)
+        elif output.kind is RequestKind.STALE and served:
+            observer.nonce_expired(type_url)
+        return True
 
     async def _may_debug(self, caller: Caller) -> bool:
         if self._debug_access is None:
@@ -469,23 +533,21 @@ class XdsService:
             log.exception("xds: debug access check failed for %s", caller.name)
             return False
 
-    async def _answer_syncz(
-        self, request: dpb.DeltaDiscoveryRequest, context: Any, caller: Caller, allowed: bool
-    ) -> None:
+    async def _answer_syncz(self, nonce: str, context: Any, caller: Caller, allowed: bool) -> None:
         """One debug request: the sync document, or the end of the stream for a caller who may not read it."""
         if not allowed:
             self.stats.debug_refused += 1
             log.info("xds: refused the sync status to %s", caller.name)
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, "xds: this caller may not read the sync status")
-        if request.response_nonce:  # an ACK of a debug answer: nothing to do
+        if nonce:  # an ACK of a debug answer: nothing to do
             return
         self.stats.debug_answers += 1
         document = self.sync.document(self._clock(), control_plane=self._control_plane, stale_after=self._stale_after)
         body = any_pb2.Any()
         body.Pack(wrappers_pb2.StringValue(value=json.dumps(document, separators=(",", ":"))))
-        nonce = f"debug-{self.stats.debug_answers}"
-        resource = dpb.Resource(name="syncz", version=nonce, resource=body)
-        await context.write(dpb.DeltaDiscoveryResponse(type_url=SYNCZ_TYPE_URL, nonce=nonce, resources=[resource]))
+        answer = f"debug-{self.stats.debug_answers}"
+        resource = dpb.Resource(name="syncz", version=answer, resource=body)
+        await context.write(dpb.DeltaDiscoveryResponse(type_url=SYNCZ_TYPE_URL, nonce=answer, resources=[resource]))
 
     async def _push_loop(
         self,
@@ -553,6 +615,11 @@ async def _sent(context: Any, response: Frame | dpb.DeltaDiscoveryResponse) -> N
         raise StreamWriteError(f"{type(exc).__name__}: {exc}") from exc
 
 
+def _give_back(slot: asyncio.Semaphore | None) -> None:
+    if slot is not None:
+        slot.release()
+
+
 def _failed(task: asyncio.Task[None]) -> bool:
     return task.done() and not task.cancelled() and task.exception() is not None
 
@@ -582,12 +649,12 @@ class _Changes:
         return on_change
 
 
-async def _first_request(request_iterator: Any) -> None:
+async def _first_request(context: Any) -> None:
     """Let the client's first request land before refusing it: aborting while it is still writing can reach it as
     a reset (INTERNAL) instead of our status. Nothing is sent either way."""
     with contextlib.suppress(Exception):
         async with asyncio.timeout(1.0):
-            await anext(aiter(request_iterator))
+            await context.read()  # not kept: read straight from the call, not through an iterator's frame
 
 
 def _record_sent(record: ClientSync, delta: Delta, now: float) -> None:
@@ -625,9 +692,12 @@ class XdsServer:
         stale_after: float = DEFAULT_STALE_AFTER,
         observer: XdsObserver = NO_OBSERVER,
         admission: Admission | None = None,
+        openings: int = MAX_OPENINGS,
     ) -> None:
         """``grpc_options`` are the gRPC server's channel options; they win over the ``keepalive`` options
-        (:mod:`ambit.xds.keepalive`) and the request size limit (:data:`MAX_REQUEST_BYTES`) where both name one."""
+        (:mod:`ambit.xds.keepalive`), the request size limit (:data:`MAX_REQUEST_BYTES`) and
+        :data:`RECEIVE_WINDOW_OPTIONS` where both name one; ``openings`` bounds the opening requests read at once
+        (:data:`MAX_OPENINGS`)."""
         self.service = XdsService(
             source,
             authenticate,
@@ -640,6 +710,7 @@ class XdsServer:
             stale_after=stale_after,
             observer=observer,
             admission=admission,
+            openings=openings,
         )
         self._certificate: Any = grpc.ssl_server_certificate_configuration([(key_pem, cert_chain_pem)])
         self._pending_certificate: Any = None
@@ -647,6 +718,7 @@ class XdsServer:
         self._address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         options: dict[str, Any] = dict(keepalive.server_options())
         options["grpc.max_receive_message_length"] = MAX_REQUEST_BYTES
+        options.update(RECEIVE_WINDOW_OPTIONS)
         options.update(grpc_options)
         self.grpc_server: Any = grpc.aio.server(options=list(options.items()))
         self.service.add_to(self.grpc_server)

@@ -1,0 +1,143 @@
+"""Opening requests the xDS server reads at once (issue 22's restart: every node proxy reconnects naming ~110,000 held
+versions, ~6.5 MB): an admitted stream does not ask gRPC for its opening request before one of ``openings`` slots is
+free, gives the slot back once the request is decided (not when its answer is written), and a stream that takes too
+long to send it is ended. Driven through the service's own stream handler with in-memory calls."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import grpc  # type: ignore[import-untyped]
+import pytest
+from google.protobuf import any_pb2
+
+from ambit.api import discovery_pb2 as dpb
+from ambit.xds import server
+from ambit.xds.convert import ADDRESS_TYPE_URL
+from ambit.xds.session import ResourceSet, XdsResource
+
+NAMES = [f"Kubernetes//Pod/ns/pod-{i:03d}" for i in range(50)]
+
+
+class Call:
+    """One stream as the handler sees it: requests are handed over by the test; writes can be held back."""
+
+    def __init__(self, *, writes_block: bool = False) -> None:
+        self.requests: asyncio.Queue[dpb.DeltaDiscoveryRequest] = asyncio.Queue()
+        self.reading = False
+        self.written: list[Any] = []
+        self.aborted: tuple[Any, str] | None = None
+        self._writes = asyncio.Event()
+        if not writes_block:
+            self._writes.set()
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return (("authorization", "Bearer node"),)
+
+    async def read(self) -> dpb.DeltaDiscoveryRequest:
+        self.reading = True
+        try:
+            return await self.requests.get()
+        finally:
+            self.reading = False
+
+    async def write(self, response: Any) -> None:
+        await self._writes.wait()
+        self.written.append(response)
+
+    async def abort(self, code: Any, details: str, trailing_metadata: Any = ()) -> None:
+        self.aborted = (code, details)
+        raise grpc.aio.AbortError()
+
+
+class Source:
+    """A fixed set of Addresses."""
+
+    def __init__(self) -> None:
+        self.current = ResourceSet.build(XdsResource.built(n, "v1", any_pb2.Any()) for n in NAMES)
+
+    def add_listener(self, listener: object) -> None:
+        pass
+
+    def remove_listener(self, listener: object) -> None:
+        pass
+
+
+def _service(openings: int) -> server.XdsService:
+    return server.XdsService(Source(), lambda metadata: server.Caller("node"), openings=openings)
+
+
+def _answer(call: Call) -> dpb.DeltaDiscoveryResponse:
+    (written,) = call.written
+    return dpb.DeltaDiscoveryResponse.FromString(written.data())
+
+
+def _reconnect() -> dpb.DeltaDiscoveryRequest:
+    return dpb.DeltaDiscoveryRequest(type_url=ADDRESS_TYPE_URL, initial_resource_versions=dict.fromkeys(NAMES, "v1"))
+
+
+async def _settle() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+async def test_only_openings_streams_read_their_opening_request_at_once() -> None:
+    service = _service(openings=2)
+    calls = [Call() for _ in range(5)]
+    handlers = [asyncio.create_task(service._stream(None, call)) for call in calls]
+    try:
+        await _settle()
+        assert sum(call.reading for call in calls) == 2  # the other three have not asked for a byte
+        for answered in range(1, 6):
+            reading = next(call for call in calls if call.reading and not call.written)
+            reading.requests.put_nowait(_reconnect())
+            await _settle()
+            assert not _answer(reading).resources  # answered: in sync, nothing resent
+            assert reading.reading  # and reading again (its ACK), without a slot
+            assert sum(call.reading and not call.written for call in calls) == min(2, 5 - answered)
+        assert all(len(call.written) == 1 for call in calls)
+        assert service.stats.streams == 5
+    finally:
+        for handler in handlers:
+            handler.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)
+
+
+async def test_an_opening_whose_answer_is_slow_to_write_gives_its_slot_back_once_decided() -> None:
+    service = _service(openings=1)
+    slow, next_one = Call(writes_block=True), Call()
+    handlers = [asyncio.create_task(service._stream(None, call)) for call in (slow, next_one)]
+    try:
+        await _settle()
+        assert slow.reading and not next_one.reading
+        slow.requests.put_nowait(dpb.DeltaDiscoveryRequest(type_url=ADDRESS_TYPE_URL))  # a new proxy: everything
+        await _settle()
+        assert not slow.written  # its answer is still being written ...
+        assert next_one.reading  # ... and the next opening is read meanwhile
+    finally:
+        for handler in handlers:
+            handler.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)
+
+
+async def test_a_stream_that_holds_a_slot_without_sending_its_opening_is_ended(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(server, "OPENING_READ_TIMEOUT", 0.05)
+    service = _service(openings=1)
+    silent, honest = Call(), Call()
+    first = asyncio.create_task(service._stream(None, silent))
+    await _settle()
+    second = asyncio.create_task(service._stream(None, honest))
+    try:
+        with pytest.raises(grpc.aio.AbortError):
+            await asyncio.wait_for(first, 2.0)
+        assert silent.aborted is not None and silent.aborted[0] == grpc.StatusCode.DEADLINE_EXCEEDED
+        await _settle()
+        assert honest.reading  # the slot came back
+        honest.requests.put_nowait(_reconnect())
+        await _settle()
+        assert not _answer(honest).resources
+        assert service.admission.held == 1  # the ended stream left admission too
+    finally:
+        second.cancel()
+        await asyncio.gather(second, return_exceptions=True)
