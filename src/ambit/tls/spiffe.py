@@ -13,62 +13,40 @@ Invariants:
 - An identity-bearing certificate has exactly one ``spiffe://`` URI SAN; other URI, DNS or IP SANs are ignored
   when reading a peer, but a CSR carrying anything besides the one SPIFFE URI is refused.
 - Every failure is a :class:`PeerIdentityError` (a peer's certificate does not name an acceptable identity);
-  foreign parser errors never escape.
+  parser errors never escape.
+- The module imports no X.509 library: the CSR is encoded by :mod:`ambit.tls.csr` with a key from
+  :mod:`ambit.tls.eckey`, and certificates are read by :mod:`ambit.tls.certinfo`, so the node proxy's data path does
+  not load cryptography (about 10 MiB per process).
 
 Apart from fresh keys every function here is pure.
 """
 
 from __future__ import annotations
 
-import warnings
-
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.utils import CryptographyDeprecationWarning
-
 from ambit.model.identity import IdentityError, SpiffeId
+from ambit.tls import csr, der, eckey
+from ambit.tls.certinfo import read_certificate
+from ambit.tls.der import DerError
 from ambit.tls.errors import PeerIdentityError as PeerIdentityError  # noqa: PLC0414 (re-exported for its older callers)
 
 _SCHEME = "spiffe://"
-_PARSE_ERRORS = (
-    ValueError,
-    TypeError,
-    x509.DuplicateExtension,
-    x509.UnsupportedGeneralNameType,
-    x509.InvalidVersion,
-    CryptographyDeprecationWarning,
-)
 
 
 def make_csr(identity: SpiffeId) -> tuple[bytes, bytes]:
     """A PEM CSR for ``identity`` (empty subject, one URI SAN, ECDSA-SHA256) and its fresh PEM P-256 key."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    csr = (
-        x509.CertificateSigningRequestBuilder()
-        .subject_name(x509.Name([]))
-        .add_extension(x509.SubjectAlternativeName([x509.UniformResourceIdentifier(str(identity))]), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    key_pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    return csr.public_bytes(serialization.Encoding.PEM), key_pem
+    key = eckey.new_key()
+    request = csr.signing_request(str(identity), key.public_key_der(), key.sign_sha256)
+    return der.pem(b"CERTIFICATE REQUEST", request), key.private_key_pem()
 
 
 def identity_of(cert_der: bytes) -> SpiffeId:
     """The SPIFFE id named by the one ``spiffe://`` URI SAN of a DER certificate, else :class:`PeerIdentityError`."""
     try:
-        with warnings.catch_warnings():
-            # cryptography warns (and will refuse) on certificates RFC 5280 forbids, e.g. a non-positive serial
-            warnings.simplefilter("error", CryptographyDeprecationWarning)
-            cert = x509.load_der_x509_certificate(cert_der)
-        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-        uris = san.get_values_for_type(x509.UniformResourceIdentifier)
-    except x509.ExtensionNotFound:
-        raise PeerIdentityError("peer certificate has no subject alternative names") from None
-    except _PARSE_ERRORS as exc:
+        uris = read_certificate(cert_der).uris
+    except DerError as exc:
         raise PeerIdentityError(f"malformed peer certificate: {exc}") from None
+    if uris is None:
+        raise PeerIdentityError("peer certificate has no subject alternative names")
     spiffe = [uri for uri in uris if uri[: len(_SCHEME)].lower() == _SCHEME]
     if len(spiffe) != 1:
         raise PeerIdentityError(f"peer certificate must name exactly one SPIFFE id, found {len(spiffe)}")
