@@ -50,6 +50,8 @@ _EXTENSION_SHAPES = (
     [der.OBJECT_IDENTIFIER, der.BOOLEAN, der.OCTET_STRING],
 )
 """extnID, critical (DEFAULT FALSE) and extnValue."""
+_PADDED_SUBIDENTIFIER = re.compile(rb"(?:^|[\x00-\x7f])\x80")
+"""An object identifier component that starts with 0x80: not in its shortest form."""
 _TIME_DIGITS = re.compile(rb"[0-9]{12}Z|[0-9]{14}Z")
 
 
@@ -66,11 +68,11 @@ class CertificateFields:
 def read_certificate(data: bytes) -> CertificateFields:
     """The fields of the DER certificate ``data``; :class:`~ambit.tls.der.DerError` if it is not one."""
     start, end = der.read_all(data, der.SEQUENCE)
-    parts = list(der.children(data, start, end))
+    parts = der.children(data, start, end)
     if len(parts) != 3 or [tag for tag, _, _ in parts] != [der.SEQUENCE, der.SEQUENCE, der.BIT_STRING]:
         raise DerError("a certificate is tbsCertificate, signatureAlgorithm and signature")
     _, tbs_start, tbs_end = parts[0]
-    fields = list(der.children(data, tbs_start, tbs_end))
+    fields = der.children(data, tbs_start, tbs_end)
     version = _version(data, fields.pop(0)) if fields and fields[0][0] == _VERSION else 0
     if len(fields) < 6:
         raise DerError("tbsCertificate is missing fields")
@@ -86,7 +88,7 @@ def read_certificate(data: bytes) -> CertificateFields:
     _check_bit_string(data, parts[2])
     _check_name(data, issuer)
     _check_name(data, subject)
-    key_parts = list(der.children(data, key[1], key[2]))
+    key_parts = der.children(data, key[1], key[2])
     if [tag for tag, _, _ in key_parts] != [der.SEQUENCE, der.BIT_STRING]:
         raise DerError("malformed subjectPublicKeyInfo")
     _check_algorithm(data, key_parts[0])
@@ -94,7 +96,7 @@ def read_certificate(data: bytes) -> CertificateFields:
     serial = _integer(data, serial_field)
     if serial <= 0:
         raise DerError("the serial number is not positive")
-    times = list(der.children(data, validity[1], validity[2]))
+    times = der.children(data, validity[1], validity[2])
     if len(times) != 2:
         raise DerError("validity is notBefore and notAfter")
     optional = fields[6:]
@@ -119,7 +121,7 @@ def pem_blocks(pem: bytes) -> list[bytes]:
 
 def _check_algorithm(data: bytes, element: tuple[int, int, int]) -> None:
     """AlgorithmIdentifier: an OBJECT IDENTIFIER and at most one parameters element."""
-    items = list(der.children(data, element[1], element[2]))
+    items = der.children(data, element[1], element[2])
     if not 1 <= len(items) <= 2 or items[0][0] != der.OBJECT_IDENTIFIER:
         raise DerError("malformed algorithm identifier")
     _check_oid(data, items[0])
@@ -127,13 +129,8 @@ def _check_algorithm(data: bytes, element: tuple[int, int, int]) -> None:
 
 def _check_oid(data: bytes, element: tuple[int, int, int]) -> None:
     value = data[element[1] : element[2]]
-    if not value or value[-1] & 0x80:
+    if not value or value[-1] & 0x80 or _PADDED_SUBIDENTIFIER.search(value) is not None:
         raise DerError("malformed object identifier")
-    previous = 0
-    for octet in value:
-        if octet == 0x80 and not previous & 0x80:
-            raise DerError("object identifier component not in its shortest form")
-        previous = octet
 
 
 def _check_bit_string(data: bytes, element: tuple[int, int, int]) -> None:
@@ -147,11 +144,11 @@ def _check_bit_string(data: bytes, element: tuple[int, int, int]) -> None:
 def _check_name(data: bytes, element: tuple[int, int, int]) -> None:
     """Name: SEQUENCE OF non-empty SET OF SEQUENCE {type OBJECT IDENTIFIER, value}."""
     for tag, start, end in der.children(data, element[1], element[2]):
-        attributes = list(der.children(data, start, end)) if tag == der.SET else []
+        attributes = der.children(data, start, end) if tag == der.SET else []
         if not attributes:
             raise DerError("malformed name")
         for attribute_tag, attribute_start, attribute_end in attributes:
-            items = list(der.children(data, attribute_start, attribute_end)) if attribute_tag == der.SEQUENCE else []
+            items = der.children(data, attribute_start, attribute_end) if attribute_tag == der.SEQUENCE else []
             if len(items) != 2 or items[0][0] != der.OBJECT_IDENTIFIER:
                 raise DerError("malformed name attribute")
             _check_oid(data, items[0])
@@ -202,7 +199,7 @@ def _uris(data: bytes, field: tuple[int, int, int]) -> tuple[str, ...] | None:
     seen: set[bytes] = set()
     san: tuple[int, int] | None = None
     for tag, ext_start, ext_end in der.children(data, list_start, list_end):
-        parts = list(der.children(data, ext_start, ext_end)) if tag == der.SEQUENCE else []
+        parts = der.children(data, ext_start, ext_end) if tag == der.SEQUENCE else []
         tags = [part[0] for part in parts]
         if tags not in _EXTENSION_SHAPES:
             raise DerError("malformed extension")

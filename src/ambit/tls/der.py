@@ -16,7 +16,6 @@ PEM, the text armour of DER, is here too (:func:`pem`). Pure: no I/O.
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator
 
 from ambit.errors import AmbitError
 
@@ -71,13 +70,15 @@ def read_all(data: bytes, tag: int) -> tuple[int, int]:
     return start, end
 
 
-def children(data: bytes, start: int, end: int) -> Iterator[tuple[int, int, int]]:
+def children(data: bytes, start: int, end: int) -> list[tuple[int, int, int]]:
     """The elements that fill ``data[start:end]`` exactly, in order, as :func:`read` gives them."""
+    found = []
     position = start
     while position < end:
-        tag, content_start, content_end = read(data, position, end)
-        yield tag, content_start, content_end
-        position = content_end
+        element = read(data, position, end)
+        found.append(element)
+        position = element[2]
+    return found
 
 
 def encode(tag: int, *contents: bytes) -> bytes:
