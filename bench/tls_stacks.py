@@ -30,7 +30,8 @@ from typing import Any
 
 from ambit.model.identity import SpiffeId
 from ambit.tls.certs import new_ca
-from ambit.tls.spiffe import make_csr, sign_csr
+from ambit.tls.issuance import sign_csr
+from ambit.tls.spiffe import make_csr
 from ambit.tls.workload import WorkloadCertificate
 
 TD = "cluster.local"

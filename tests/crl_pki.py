@@ -11,7 +11,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from ambit.model.identity import SpiffeId
 from ambit.tls.certs import KeyPair, new_ca
-from ambit.tls.spiffe import make_csr, sign_csr
+from ambit.tls.issuance import sign_csr
+from ambit.tls.spiffe import make_csr
 from ambit.tls.workload import WorkloadCertificate
 
 NOW = 1_800_000_000.0

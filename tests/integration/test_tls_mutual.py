@@ -23,7 +23,8 @@ from ambit.identity.localca import LocalCa
 from ambit.model.identity import SpiffeId
 from ambit.tls import contexts
 from ambit.tls.certs import KeyPair, load_or_create_ca
-from ambit.tls.spiffe import PeerIdentityError, check_peer, make_csr, sign_csr
+from ambit.tls.issuance import sign_csr
+from ambit.tls.spiffe import PeerIdentityError, check_peer, make_csr
 from ambit.tls.workload import WorkloadCertificate
 
 TRUST_DOMAIN = "cluster.local"

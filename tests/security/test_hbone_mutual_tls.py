@@ -40,7 +40,8 @@ from ambit.proxy.errors import ResponseFlag
 from ambit.proxy.hbone_client import HboneConnectError
 from ambit.tls import contexts
 from ambit.tls.certs import KeyPair
-from ambit.tls.spiffe import make_csr, sign_csr
+from ambit.tls.issuance import sign_csr
+from ambit.tls.spiffe import make_csr
 from ambit.tls.workload import WorkloadCertificate
 
 ATTACKER = SpiffeId(TD, "evil", "default")

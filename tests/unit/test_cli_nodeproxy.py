@@ -33,7 +33,7 @@ FORBIDDEN = ("typer", "click", "rich", "pydantic", "shellingham", "aiohttp", "gr
 UNTIL_USED = ("dns", "yaml", "prometheus_client", "cryptography")
 """Top-level packages the node proxy imports only once it uses them: dnspython for a pod's DNS proxy or the first
 hostname lookup, YAML for a local config file, prometheus_client for the first scrape of the stats port,
-cryptography's x509 stack for the first certificate (the first pod's) or a CRL."""
+cryptography for a CRL or a local CA (never for its certificates from a CA: see the test below)."""
 
 
 def typer_options() -> dict[str, Any]:
@@ -210,6 +210,43 @@ def test_the_node_proxys_start_imports_neither_typer_click_rich_nor_the_other_co
     ), done.stdout
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time")}
     assert not {name for name in imported if name.split(".")[0] in FORBIDDEN}
+
+
+def test_the_first_certificate_from_a_ca_loads_no_cryptography(tmp_path: Path) -> None:
+    """What a node proxy does with its first workload certificate from istiod or our control plane: the CSR (in
+    the CA client's worker), the answer's chain, both HBONE contexts, a peer's check and the ``/config_dump`` entry.
+    cryptography costs a process about 10 MiB, so none of it may import that."""
+    from ambit.model.identity import SpiffeId
+    from ambit.tls.certs import new_ca
+    from ambit.tls.issuance import sign_csr
+    from ambit.tls.spiffe import make_csr
+
+    identity = SpiffeId("cluster.local", "shop", "alice")
+    csr, key = make_csr(identity)
+    chain = sign_csr(new_ca("root", now=1_800_000_000), csr, now=1_800_000_000, ttl_seconds=3600)
+    (tmp_path / "key.pem").write_bytes(key)
+    (tmp_path / "leaf.pem").write_bytes(chain[0])
+    (tmp_path / "root.pem").write_bytes(chain[1])
+    probe = (
+        "import ssl, sys\n"
+        "import ambit.inpod.daemon, ambit.proxy.hbone_client, ambit.proxy.hbone_server\n"
+        "from ambit.identity.istiod import _make_csr\n"
+        "from ambit.model.identity import SpiffeId\n"
+        "identity = SpiffeId('cluster.local', 'shop', 'alice')\n"
+        "_make_csr(identity)\n"
+        "from ambit.tls.workload import WorkloadCertificate\n"
+        "from ambit.tls.spiffe import check_peer\n"
+        f"d = {str(tmp_path)!r}\n"
+        "leaf, root = (open(f'{d}/{n}.pem', 'rb').read() for n in ('leaf', 'root'))\n"
+        "cert = WorkloadCertificate.from_chain(identity, [leaf, root], open(f'{d}/key.pem', 'rb').read())\n"
+        "cert.client_context(), cert.server_context(), cert.to_dump(0.0)\n"
+        "der = ssl.PEM_cert_to_DER_cert(leaf.decode())\n"
+        "assert check_peer(der, trust_domain='cluster.local', expected=frozenset({identity})) == identity\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'cryptography'))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], check=False, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
 
 
 @pytest.mark.parametrize(("variable", "value"), [("IPV6_ENABLED", "maybe"), ("DRAIN_MAX", "forever")])

@@ -16,7 +16,8 @@ from ambit.identity.localca import LocalCa
 from ambit.identity.manager import CertificateManager
 from ambit.model.identity import SpiffeId
 from ambit.tls.certs import CertificateError, new_ca
-from ambit.tls.spiffe import make_csr, sign_csr
+from ambit.tls.issuance import sign_csr
+from ambit.tls.spiffe import make_csr
 from ambit.tls.workload import WorkloadCertificate
 
 A = SpiffeId("cluster.local", "shop", "a")

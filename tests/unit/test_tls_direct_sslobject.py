@@ -16,7 +16,8 @@ import pytest
 from ambit.model.identity import SpiffeId
 from ambit.tls.certs import new_ca
 from ambit.tls.contexts import DirectSSLObject
-from ambit.tls.spiffe import check_peer, make_csr, sign_csr
+from ambit.tls.issuance import sign_csr
+from ambit.tls.spiffe import check_peer, make_csr
 from ambit.tls.workload import WorkloadCertificate
 
 TD = "cluster.local"

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from ambit.model.identity import SpiffeId
 from ambit.tls.certs import CertificateError, KeyPair, issue_client_cert, new_ca
-from ambit.tls.spiffe import PeerIdentityError, check_peer, identity_of, make_csr, sign_csr
+from ambit.tls.issuance import sign_csr
+from ambit.tls.spiffe import PeerIdentityError, check_peer, identity_of, make_csr
 
 NOW = 1_700_000_000.0
 TTL = 3600

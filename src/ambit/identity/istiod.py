@@ -148,8 +148,8 @@ def _string(value: str) -> struct_pb2.Value:
 
 
 def _make_csr(identity: SpiffeId) -> tuple[bytes, bytes]:
-    """:func:`~ambit.tls.spiffe.make_csr` in the worker thread, which also imports cryptography's x509 stack on the
-    first certificate (about 90 ms, off the event loop) and the certificate wrapper the answer becomes."""
+    """:func:`~ambit.tls.spiffe.make_csr` in the worker thread, which also imports, on the first certificate, the
+    TLS modules the answer needs (off the event loop)."""
     from ambit.tls import workload  # noqa: F401 (imported here, off the loop)
     from ambit.tls.spiffe import make_csr
 

@@ -4,7 +4,7 @@ Theory of operation: the root lives in ``DIR/root.crt`` (PEM certificate, mode 0
 PKCS#8 key, mode 0600), created on first use by :func:`ambit.tls.certs.load_or_create_ca`; node proxies that
 share the directory share the root and so trust each other. Each request plays both sides of spec §5.2-§5.3 in
 process: a fresh key and CSR (:func:`~ambit.tls.spiffe.make_csr`), signed for ``ttl_seconds``
-(:func:`~ambit.tls.spiffe.sign_csr`), and the answer checked like istiod's would be (the leaf must name the
+(:func:`~ambit.tls.issuance.sign_csr`), and the answer checked like istiod's would be (the leaf must name the
 requested identity). Key generation and signing run in a worker thread so the event loop never stalls.
 
 A root already on disk is read with the first certificate, in that thread, not when the client is made: that is
@@ -88,7 +88,8 @@ class LocalCa:
             return self._root
 
     def _issue(self, identity: SpiffeId) -> WorkloadCertificate:
-        from ambit.tls.spiffe import make_csr, sign_csr
+        from ambit.tls.issuance import sign_csr
+        from ambit.tls.spiffe import make_csr
         from ambit.tls.workload import WorkloadCertificate
 
         try:

@@ -225,7 +225,7 @@ def _judge_server(
     alpn = tls.selected_alpn_protocol()
     if alpn != "h2":
         raise HboneConnectError(f"{peer_name} did not agree to ALPN h2 (got {alpn!r})", ResponseFlag.TLS_FAILURE)
-    from ambit.tls.spiffe import check_peer  # cryptography's x509: loaded with the first certificate
+    from ambit.tls.spiffe import check_peer  # loaded with the first certificate
 
     try:
         return check_peer(tls.getpeercert(binary_form=True), trust_domain=trust_domain, expected=expected)

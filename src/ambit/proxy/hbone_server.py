@@ -335,7 +335,7 @@ def _judge_client(transport: asyncio.BaseTransport, trust_domain: str) -> Spiffe
     alpn = tls.selected_alpn_protocol()
     if alpn != "h2":
         raise ProxyError(f"client did not agree to ALPN h2 (got {alpn!r})")
-    from ambit.tls.spiffe import check_peer  # cryptography's x509: loaded with the first certificate
+    from ambit.tls.spiffe import check_peer  # loaded with the first certificate
 
     try:
         return check_peer(tls.getpeercert(binary_form=True), trust_domain=trust_domain, expected=None)

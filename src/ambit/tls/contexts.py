@@ -37,7 +37,6 @@ import functools
 import os
 import ssl
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -223,6 +222,8 @@ def _memory_file(data: bytes) -> Iterator[str]:
         finally:
             os.close(fd)
         return
+    import tempfile  # only here: it brings shutil, lzma and bz2, which a node proxy has no other use for
+
     fd, path = tempfile.mkstemp(prefix="ambit-tls-")  # created 0600
     try:
         os.write(fd, data)

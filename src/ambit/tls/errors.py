@@ -1,6 +1,6 @@
-"""The errors of Ambit's certificate handling, in a module of their own so that catching them does not load
-cryptography's x509 stack: the node proxy imports that only with its first certificate (the first pod's), while
-its data path names these errors from the start."""
+"""The errors of Ambit's certificate handling, in a module of their own so that catching them loads no certificate
+code: the node proxy's data path names these errors from the start, and never loads cryptography's X.509 stack
+(only CAs and optional features such as revocation lists do)."""
 
 from __future__ import annotations
 

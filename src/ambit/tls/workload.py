@@ -14,11 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cryptography import x509
-from cryptography.hazmat.primitives import serialization
-
 from ambit.model.identity import SpiffeId
-from ambit.tls import contexts
+from ambit.tls import contexts, der
+from ambit.tls.certinfo import CertificateFields, pem_blocks, read_certificate
+from ambit.tls.der import DerError
 from ambit.tls.errors import CertificateError, PeerIdentityError
 from ambit.tls.spiffe import identity_of
 
@@ -41,9 +40,12 @@ class WorkloadCertificate:
         if not chain_pem:
             raise CertificateError(f"the CA returned an empty chain for {identity}")
         try:
-            leaf = x509.load_pem_x509_certificate(chain_pem[0])
-            issued = identity_of(leaf.public_bytes(serialization.Encoding.DER))
-        except ValueError as exc:
+            leaf_der = pem_blocks(chain_pem[0])[:1]
+            if not leaf_der:
+                raise DerError("no PEM certificate")
+            leaf = read_certificate(leaf_der[0])
+            issued = identity_of(leaf_der[0])
+        except DerError as exc:
             raise CertificateError(f"the CA returned a malformed leaf for {identity}: {exc}") from None
         except PeerIdentityError as exc:
             raise CertificateError(f"the CA returned a leaf without a usable identity for {identity}: {exc}") from None
@@ -54,8 +56,8 @@ class WorkloadCertificate:
             chain_pem=tuple(chain_pem),
             key_pem=key_pem,
             roots_pem=chain_pem[-1],
-            not_before=leaf.not_valid_before_utc.timestamp(),
-            not_after=leaf.not_valid_after_utc.timestamp(),
+            not_before=leaf.not_before,
+            not_after=leaf.not_after,
         )
 
     @property
@@ -87,17 +89,20 @@ class WorkloadCertificate:
 
 
 def _dump_certs(pem: bytes) -> list[dict[str, str]]:
-    return [_dump_cert(cert) for cert in x509.load_pem_x509_certificates(pem)]
+    try:
+        return [_dump_cert(block, read_certificate(block)) for block in pem_blocks(pem)]
+    except DerError as exc:
+        raise CertificateError(f"malformed certificate in a chain: {exc}") from None
 
 
-def _dump_cert(cert: x509.Certificate) -> dict[str, str]:
+def _dump_cert(cert_der: bytes, fields: CertificateFields) -> dict[str, str]:
     return {
-        "pem": cert.public_bytes(serialization.Encoding.PEM).decode("ascii"),
-        "serialNumber": format(cert.serial_number, "x"),
-        "validFrom": _rfc3339(cert.not_valid_before_utc),
-        "expirationTime": _rfc3339(cert.not_valid_after_utc),
+        "pem": der.pem(b"CERTIFICATE", cert_der).decode("ascii"),
+        "serialNumber": format(fields.serial, "x"),
+        "validFrom": _rfc3339(fields.not_before),
+        "expirationTime": _rfc3339(fields.not_after),
     }
 
 
-def _rfc3339(moment: datetime.datetime) -> str:
-    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def _rfc3339(moment: float) -> str:
+    return datetime.datetime.fromtimestamp(moment, tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

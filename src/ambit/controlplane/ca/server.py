@@ -62,7 +62,7 @@ from ambit.controlplane.ca.limits import MAX_CSR_BYTES, CallerRateLimiter, RateL
 from ambit.controlplane.ca.rootca import RootCa
 from ambit.model.identity import DEFAULT_TRUST_DOMAIN, SpiffeId
 from ambit.tls.certs import CertificateError
-from ambit.tls.spiffe import sign_csr
+from ambit.tls.issuance import sign_csr
 from ambit.xds.keepalive import DEFAULT_KEEPALIVE
 
 log = logging.getLogger(__name__)
