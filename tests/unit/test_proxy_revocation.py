@@ -4,6 +4,8 @@ counters and the ``/config_dump`` section. The handshakes themselves are in test
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -143,3 +145,31 @@ def test_connections_to_one_peer_share_one_copy_of_its_chain(tmp_path: Path) -> 
         crls.admit(chain, Reporter.SOURCE, "alice", lambda _: None)
     held = [conn.chain for conn in crls._connections.values()]
     assert all(a is b for a, b in zip(held[0], held[2], strict=True))
+
+
+CRL_PATH_WITHOUT_A_FILE = """
+import sys
+from pathlib import Path
+from ambit.proxy.revocation import RevocationManager
+from ambit.telemetry.metrics import ProxyMetrics, Reporter
+crls = RevocationManager(Path(sys.argv[1]), ProxyMetrics())
+assert crls.poll() is False
+crls.admit([b"leaf", b"root"], Reporter.DESTINATION, "peer", lambda reason: None).release()
+dump = crls.to_dump()
+assert dump["crls"] == [] and dump["ignored"] == [] and dump["loaded"] is False, dump
+print(sorted(name for name in sys.modules if name.split(".")[0] == "cryptography"))
+"""
+
+
+def test_a_crl_path_whose_file_is_missing_checks_nothing_and_does_not_load_cryptography(tmp_path: Path) -> None:
+    """The deployed node proxy has a CRL path whose file appears only once the CA publishes a CRL: until then it must
+    not pay for cryptography's X.509 stack (about 10 MiB per process, issue 23)."""
+    done = subprocess.run(
+        [sys.executable, "-c", CRL_PATH_WITHOUT_A_FILE, str(tmp_path / "ca-crl.pem")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

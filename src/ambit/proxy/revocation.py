@@ -96,10 +96,10 @@ class RevocationManager:
         self._anchors = anchors
         self._interval = interval
         self._wall_clock = wall_clock
-        # cryptography's x509 stack loads with the first CRL manager (a CRL is configured), not with the module
-        from ambit.tls.revocation import RevocationList
-
-        self.table = RevocationList()
+        # cryptography's x509 stack loads with the first CRL the file holds, not with the manager: the lab's and
+        # the chart's node proxies have a CRL path whose file exists only once the CA publishes one (issue 23)
+        self.table: RevocationList | None = None
+        """The CRLs in force; None until the file first held some (no revocations)."""
         self.error = ""
         self.loaded_at: float | None = None
         self._seen: tuple[int, int, int, int] | None = None
@@ -137,6 +137,8 @@ class RevocationManager:
         return known
 
     def _judge(self, chain: Sequence[bytes]) -> str | None:
+        if self.table is None:
+            return None
         from ambit.tls.revocation import RevocationError
 
         try:
@@ -237,7 +239,7 @@ class RevocationManager:
                 else ""
             ),
             "error": self.error,
-            "ignored": list(self.table.errors),
-            "crls": [info.to_dump(now) for info in self.table.infos],
+            "ignored": [] if self.table is None else list(self.table.errors),
+            "crls": [] if self.table is None else [info.to_dump(now) for info in self.table.infos],
             "trackedConnections": len(self._connections),
         }
