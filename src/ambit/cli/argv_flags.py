@@ -16,7 +16,8 @@ Rules (as click reads a typer declaration):
 2. An ``int`` flag is read with ``int()`` and checked against its bounds; a bad one is a usage error (exit 2).
 3. A flag with ``envvar`` takes the variable's value when the flag is absent; an empty variable counts as unset. A
    required flag whose variable is set is not required.
-4. A boolean flag is a pair, ``--x`` / ``--no-x``; its variable is read as click reads a boolean (``1``, ``true``,
+4. A boolean flag is a pair, ``--x`` / ``--no-x``, or, declared ``negatable=False``, the switch ``--x`` alone (typer's
+   ``Option("--x")`` on a bool); its variable is read as click reads a boolean (``1``, ``true``,
    ``yes``, ``on``...; a word outside those is a usage error).
 5. Exit statuses: 0 when the command ends or after ``--help``; 2 for a usage error (a bad or missing flag, or
    :class:`UsageError` from the command's own checks); 1 for :class:`CommandFailed` or Ctrl-C before the command
@@ -70,6 +71,8 @@ class Flag:
     repeatable: bool = False
     minimum: int | None = None
     maximum: int | None = None
+    negatable: bool = True
+    """For a boolean: whether ``--no-`` + the rest is a flag too (rule 4)."""
 
     def __post_init__(self) -> None:
         if self.repeatable and self.envvar is not None:  # click would split the variable's value on spaces
@@ -78,7 +81,7 @@ class Flag:
     @property
     def names(self) -> tuple[str, ...]:
         """Every option string of the flag."""
-        if self.kind is bool:
+        if self.kind is bool and self.negatable:
             return (self.name, "--no-" + self.name.removeprefix("--"))
         return (self.name,)
 
@@ -135,6 +138,11 @@ def build_parser(
                 required = False
         if flag.default not in (None, "") and flag.kind is not bool:
             help_text += f" [default: {flag.default}]"
+        if flag.kind is bool and not flag.negatable:
+            parser.add_argument(
+                flag.name, dest=flag.dest, action="store_const", const=True, default=default, help=help_text
+            )
+            continue
         if flag.kind is bool:
             parser.add_argument(
                 flag.name,
