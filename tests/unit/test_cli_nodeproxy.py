@@ -16,9 +16,10 @@ import typer
 from typer.testing import CliRunner
 
 from ambit.cli.app import app
+from ambit.cli.argv_flags import build_parser
 from ambit.cli.mesh import nodeproxy
 from ambit.cli.nodeproxy import DESCRIPTION, main
-from ambit.cli.nodeproxy_flags import FLAGS, build_parser
+from ambit.cli.nodeproxy_flags import FLAGS, PROG
 
 LAB_FLAGS = [
     "--node", "node-1", "--lab-dir", "/tmp/lab",
@@ -57,11 +58,11 @@ def typer_kwargs(argv: list[str], env: dict[str, str]) -> dict[str, Any]:
     return seen
 
 
-def typer_exit_code(argv: list[str]) -> int:
+def typer_exit_code(argv: list[str], env: dict[str, str] | None = None) -> int:
     """The status typer's parsing of ``argv`` ends with, the command's body not run."""
     recorder = typer.Typer()
     recorder.command()(functools.wraps(nodeproxy)(lambda **kwargs: None))
-    return CliRunner().invoke(recorder, argv).exit_code
+    return CliRunner().invoke(recorder, argv, env=env).exit_code
 
 
 def test_the_argparse_flags_are_the_typer_commands_flags_with_the_same_help_defaults_and_variables() -> None:
@@ -118,8 +119,29 @@ def test_every_flag_gives_the_command_what_typer_gives_it(argv: list[str], crl_e
     env = {k: v for k, v in os.environ.items() if k != "CRL_PATH"}
     if crl_env is not None:
         env["CRL_PATH"] = crl_env
-    ours = vars(build_parser(DESCRIPTION, env).parse_args(argv))
+    ours = vars(build_parser(PROG, DESCRIPTION, FLAGS, env).parse_args(argv))
     assert ours == typer_kwargs(argv, env)
+
+
+@pytest.mark.parametrize("value", ["false", "0", "no", "off", "true", "1", "Yes", " on ", ""])
+def test_a_boolean_variable_is_read_as_click_reads_it(value: str) -> None:
+    """XDS_ON_DEMAND=false is False, as under typer, not the (true) string "false"."""
+    env = {**os.environ, "XDS_ON_DEMAND": value}
+    ours = vars(build_parser(PROG, DESCRIPTION, FLAGS, env).parse_args(["--node", "n"]))
+    assert ours == typer_kwargs(["--node", "n"], env)
+    assert ours["xds_on_demand"] is (value.strip().lower() in ("true", "1", "yes", "on"))
+
+
+def test_a_boolean_variable_outside_clicks_words_is_a_usage_error_naming_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("XDS_ON_DEMAND", "maybe")
+    with pytest.raises(SystemExit) as exited:
+        main(["--node", "n"])
+    assert exited.value.code == 2
+    assert typer_exit_code(["--node", "n"], {"XDS_ON_DEMAND": "maybe"}) == 2
+    err = capsys.readouterr().err
+    assert "XDS_ON_DEMAND" in err and "Traceback" not in err and len(err.splitlines()) == 2
 
 
 @pytest.mark.parametrize(
@@ -206,7 +228,8 @@ def test_the_node_proxys_start_imports_neither_typer_click_rich_nor_the_other_co
     assert done.returncode == 0, done.stderr[-2000:]
     assert (
         done.stdout.strip()
-        == "loaded: | ambit.cli.main ambit.cli.nodeproxy ambit.cli.nodeproxy_flags ambit.cli.process_logging"
+        == "loaded: | ambit.cli.argv_flags ambit.cli.main ambit.cli.nodeproxy ambit.cli.nodeproxy_flags "
+        "ambit.cli.process_logging"
     ), done.stdout
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time")}
     assert not {name for name in imported if name.split(".")[0] in FORBIDDEN}

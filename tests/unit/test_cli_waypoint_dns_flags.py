@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import typer
 
+from ambit.cli.argv_flags import UsageError
 from ambit.cli.l7_proxy import l7_settings
 
 
@@ -49,5 +49,6 @@ def test_dns_upstreams_are_kept_in_order() -> None:
 
 @pytest.mark.parametrize("bad", ["dns.example.com", "10.0.0.1:53", "", "10.0.0.256"])
 def test_a_dns_upstream_that_is_not_an_ip_address_is_a_clear_error(bad: str) -> None:
-    with pytest.raises(typer.BadParameter, match="not an IP address"):
+    with pytest.raises(UsageError, match="not an IP address") as caught:
         settings_with(dns_upstreams=(bad,))
+    assert caught.value.flag == "--dns-upstream"

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import typer
 
+from ambit.cli.argv_flags import UsageError
 from ambit.cli.l7_proxy import l7_settings
 from ambit.inpod.settings import DEFAULT_SECRET_TTL, NodeProxySettingsError, parse_secret_ttl
 
@@ -74,5 +74,5 @@ def test_a_waypoint_asks_for_secret_ttl_as_istio_agent_does(monkeypatch: pytest.
     monkeypatch.setenv("SECRET_TTL", "5m")
     assert _waypoint() == 300
     monkeypatch.setenv("SECRET_TTL", "never")
-    with pytest.raises(typer.BadParameter, match="SECRET_TTL"):
+    with pytest.raises(UsageError, match="SECRET_TTL"):
         _waypoint()

@@ -5,6 +5,10 @@ Who the gateway is comes from the pod's environment, as Istio's gateway pods get
 INSTANCE_IP, SERVICE_ACCOUNT, NODE_NAME, GATEWAY_NAME: the Gateway's own name); its listeners, routes and
 certificates from the control plane (--xds-address, --ca-address with --root-cert and --token), or, for tests,
 workloads from a local file and a local CA (the listeners then come only from the API of :mod:`ambit.waypoint.ingress`).
+
+This is typer's declaration of the command, for ``ambit --help``: ``ambit``'s entry point runs ``ambit gateway ...``
+with argparse (:func:`ambit.cli.l7_proxy.gateway_main`, its flags :data:`~ambit.cli.l7_proxy_flags.GATEWAY_FLAGS`),
+without typer, click or rich in the gateway's memory.
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ from typing import Annotated
 
 import typer
 
-from ambit.cli.app import app
+from ambit.cli.app import app, run_argv_command
+from ambit.cli.l7_proxy import start_gateway
+from ambit.cli.l7_proxy_flags import GATEWAY_PROG
 
 
 @app.command("gateway")
@@ -62,29 +68,6 @@ def gateway(
 ) -> None:
     """Run an ingress gateway: its Gateway's HTTP and HTTPS listeners, routed by HTTPRoutes to mesh Services over
     HBONE; metrics on 15020, readiness on 15021."""
-    from ambit.cli.l7_proxy import l7_settings, run_l7
-    from ambit.waypoint.ingress import run_gateway
-
-    settings = l7_settings(
-        "gateway",
-        namespace=namespace,
-        gateway_name=gateway_name,
-        service_account=service_account,
-        pod_name=pod_name,
-        instance_ip=instance_ip,
-        node_name=node_name,
-        xds_address=xds_address,
-        ca_address=ca_address,
-        root_cert=root_cert,
-        token=token,
-        server_name=server_name,
-        cluster_id=cluster_id,
-        trust_domain=trust_domain,
-        config=config,
-        local_ca=local_ca,
-        admin_port=admin_port,
-        stats_port=stats_port,
-        readiness_port=readiness_port,
-        log_json=log_json,
-    )
-    run_l7("ambit gateway", lambda: run_gateway(settings, admin_token_file=admin_token_file), "asyncio")
+    # ambit's entry point runs this command with argparse (ambit.cli.l7_proxy); this declaration is typer's view of
+    # the same flags (`ambit --help` lists it), which tests/unit/test_cli_l7_proxy.py holds to its flag table.
+    run_argv_command(start_gateway, locals(), GATEWAY_PROG)

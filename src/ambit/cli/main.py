@@ -5,16 +5,19 @@ modules pull in what their commands need (the gRPC extension, HTTP clients, rich
 ``ambit lab exec`` should not pay two seconds of imports for commands it does not run. ``--help`` and anything
 unknown import them all, so help lists every command and typer reports unknown ones as usual.
 
-``ambit nodeproxy`` (a per-node daemon, restarted on every hand-over) is not typer's: :data:`ARGPARSE_COMMANDS`
-hands it to :func:`ambit.cli.nodeproxy.main`, which parses its flags with argparse, so typer, click and rich are
-never imported into it (``tests/unit/test_cli_nodeproxy.py``). This module imports typer only for the others.
+The long-running processes of pods are not typer's: ``ambit nodeproxy`` (a per-node daemon, restarted on every
+hand-over), ``ambit waypoint proxy`` and ``ambit gateway`` (a waypoint's and an ingress gateway's pods).
+:data:`ARGPARSE_COMMANDS` hands each to a ``main(argv) -> int`` that parses its flags with argparse
+(:mod:`ambit.cli.argv_flags`), so typer, click and rich are never imported into them (``tests/unit/
+test_cli_nodeproxy.py``, ``tests/unit/test_cli_l7_proxy.py``). The other ``waypoint`` commands stay typer's. This
+module imports typer only for the others.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "apiserver": ("ambit.cli.apiserver",),
@@ -40,8 +43,23 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
 """The top-level command names and the modules that register them (tests/unit/test_cli_main.py keeps it true)."""
 
 
-ARGPARSE_COMMANDS: dict[str, str] = {"nodeproxy": "ambit.cli.nodeproxy"}
-"""Commands whose first argument hands the rest to the ``main(argv) -> int`` of a module, without typer."""
+ARGPARSE_COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
+    ("nodeproxy",): ("ambit.cli.nodeproxy", "main"),
+    ("waypoint", "proxy"): ("ambit.cli.l7_proxy", "waypoint_main"),
+    ("gateway",): ("ambit.cli.l7_proxy", "gateway_main"),
+}
+"""Commands whose first arguments (these words, exactly) hand the rest to a ``main(argv) -> int`` function of a
+module (module, function), without typer."""
+
+
+def argparse_main(argv: Sequence[str]) -> tuple[Callable[[Sequence[str]], int], list[str]] | None:
+    """The argparse ``main`` that runs ``argv`` (the arguments after the program name) and the arguments it gets, or
+    None for a typer command."""
+    for words, (module, function) in ARGPARSE_COMMANDS.items():
+        if tuple(argv[: len(words)]) == words:
+            main: Callable[[Sequence[str]], int] = getattr(importlib.import_module(module), function)
+            return main, list(argv[len(words) :])
+    return None
 
 
 def modules_for(argv: Sequence[str]) -> tuple[str, ...]:
@@ -54,8 +72,10 @@ def modules_for(argv: Sequence[str]) -> tuple[str, ...]:
 
 def main() -> None:
     argv = sys.argv[1:]
-    if argv and argv[0] in ARGPARSE_COMMANDS:
-        sys.exit(importlib.import_module(ARGPARSE_COMMANDS[argv[0]]).main(argv[1:]))
+    found = argparse_main(argv)
+    if found is not None:
+        command_main, rest = found
+        sys.exit(command_main(rest))
     for module in modules_for(argv):
         importlib.import_module(module)
     from ambit.cli.app import app

@@ -10,8 +10,8 @@ from typing import Annotated, Any
 
 import typer
 
-from ambit.cli.app import app
-from ambit.cli.nodeproxy import ZDS_DIR, CommandFailed, UsageError, start
+from ambit.cli.app import app, run_argv_command
+from ambit.cli.nodeproxy import ZDS_DIR, start
 from ambit.cli.process_logging import configure_logging
 from ambit.lab.network.topology import Topology
 from ambit.zds import ZDS_SOCKET
@@ -293,13 +293,7 @@ def nodeproxy(
     """
     # ambit's entry point runs `ambit nodeproxy` with argparse (ambit.cli.nodeproxy); this declaration is typer's
     # view of the same flags, which tests/unit/test_cli_nodeproxy.py holds to ambit.cli.nodeproxy_flags.FLAGS.
-    try:
-        start(**locals())
-    except UsageError as exc:
-        raise typer.BadParameter(exc.message, param_hint=exc.flag) from None
-    except CommandFailed as exc:
-        typer.echo(f"ambit: {exc}", err=True)
-        raise typer.Exit(1) from None
+    run_argv_command(start, locals(), "ambit")
 
 
 @app.command()

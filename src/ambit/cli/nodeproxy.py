@@ -6,20 +6,20 @@ once the arguments are good, the data path (:mod:`ambit.inpod.daemon`). The flag
 <ambit.cli.nodeproxy_flags.FLAGS>`; :func:`start` checks them and runs the proxy, and is also the body of the typer
 declaration of the same command (``ambit.cli.mesh``), which the tests hold to the same flags.
 
-Exit statuses, as under typer: 0 when the proxy ends, 2 for a usage error (a bad or missing flag, a check of
-:func:`start`'s), 1 for a failure (no lab in ``--lab-dir``) or Ctrl-C before the proxy handles signals
-(``Aborted!``, click's word). Errors are one line on stderr, never a traceback.
+Exit statuses, as under typer (:mod:`ambit.cli.argv_flags`'s rule 5): 0 when the proxy ends, 2 for a usage error
+(a bad or missing flag, a check of :func:`start`'s), 1 for a failure (no lab in ``--lab-dir``) or Ctrl-C before the
+proxy handles signals. Errors are one line on stderr, never a traceback.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ambit.cli.nodeproxy_flags import build_parser
+from ambit.cli.argv_flags import CommandFailed, UsageError, build_parser, run_command
+from ambit.cli.nodeproxy_flags import FLAGS, PROG
 
 if TYPE_CHECKING:
     from ambit.lab.network.topology import Topology
@@ -36,34 +36,9 @@ Workloads come from the control plane (--xds-address) or a local file (--config)
 plane's CA (--ca-address) or a local CA directory (--local-ca)."""
 
 
-class UsageError(Exception):
-    """A flag's value is refused (exit status 2); ``flag`` names it when one flag is at fault."""
-
-    def __init__(self, message: str, flag: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.flag = flag
-
-
-class CommandFailed(Exception):
-    """The command cannot run (exit status 1), for a reason its message says."""
-
-
 def main(argv: Sequence[str]) -> int:
     """Parse ``argv`` (the arguments after ``nodeproxy``), run the node proxy, and return the exit status."""
-    parser = build_parser(DESCRIPTION)
-    options = parser.parse_args(list(argv))  # exits 2 on a usage error, 0 after --help
-    try:
-        start(**vars(options))
-    except UsageError as exc:
-        parser.error(f"invalid value for '{exc.flag}': {exc.message}" if exc.flag else exc.message)
-    except CommandFailed as exc:
-        print(f"ambit: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("Aborted!", file=sys.stderr)
-        return 1
-    return 0
+    return run_command(build_parser(PROG, DESCRIPTION, FLAGS), start, argv, "ambit")
 
 
 def _lab_node(directory: Path, node: str) -> Topology:

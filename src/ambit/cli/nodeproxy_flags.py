@@ -1,75 +1,25 @@
-"""The node proxy's command line: one table of its flags, and an argparse parser built from it.
+"""The node proxy's command line: one table of its flags, read by :mod:`ambit.cli.argv_flags`'s parser.
 
-Theory of operation. ``ambit nodeproxy`` is the process every node runs and restarts on each hand-over, so its
-command line is parsed with the standard library's argparse (:mod:`ambit.cli.nodeproxy`), not typer: typer, click,
-rich and the other commands' modules stay out of its memory. ``ambit.cli.mesh`` declares the same command for typer
-(hidden, never dispatched to by ``ambit``'s entry point); ``tests/unit/test_cli_nodeproxy.py`` holds the two to the
-same flags, help, defaults, environment variables and parsed values.
+``ambit nodeproxy`` is the process every node runs and restarts on each hand-over, so its command line is parsed
+with the standard library's argparse (:mod:`ambit.cli.nodeproxy`), not typer: typer, click, rich and the other
+commands' modules stay out of its memory. ``ambit.cli.mesh`` declares the same command for typer (hidden, never
+dispatched to by ``ambit``'s entry point); ``tests/unit/test_cli_nodeproxy.py`` holds the two to the same flags,
+help, defaults, environment variables and parsed values.
 
-To add a flag: a :class:`Flag` in :data:`FLAGS` (its ``dest`` is the keyword :func:`ambit.cli.nodeproxy.start`
-receives), the same option on ``ambit.cli.mesh.nodeproxy``'s typer declaration, and its use in ``start``.
-
-Rules (as click reads the typer declaration):
-
-1. Long options only, never abbreviated (``allow_abbrev=False``); ``--x VALUE`` and ``--x=VALUE``; the last one given
-   wins, except a repeatable flag, whose values are kept in order.
-2. An ``int`` flag is read with ``int()`` and checked against its bounds; a bad one is a usage error (exit 2).
-3. A flag with ``envvar`` takes the variable's value when the flag is absent; an empty variable counts as unset.
-4. A boolean flag is a pair, ``--x`` / ``--no-x``.
+To add a flag: a :class:`~ambit.cli.argv_flags.Flag` in :data:`FLAGS` (its ``dest`` is the keyword
+:func:`ambit.cli.nodeproxy.start` receives), the same option on ``ambit.cli.mesh.nodeproxy``'s typer declaration,
+and its use in ``start``.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["FLAGS", "Flag", "build_parser"]
+from ambit.cli.argv_flags import Flag
 
+__all__ = ["FLAGS", "PROG"]
 
-@dataclass(frozen=True, slots=True)
-class Flag:
-    """One option of ``ambit nodeproxy``."""
-
-    name: str
-    """The long option (``--node``); for a boolean, the name that sets True (``--no-`` + the rest sets False)."""
-    dest: str
-    """The keyword it is passed to the command as."""
-    help: str
-    kind: type = str
-    """``str``, ``int``, ``bool`` or ``Path``."""
-    default: object = None
-    required: bool = False
-    metavar: str | None = None
-    envvar: str | None = None
-    repeatable: bool = False
-    minimum: int | None = None
-    maximum: int | None = None
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        """Every option string of the flag."""
-        if self.kind is bool:
-            return (self.name, "--no-" + self.name.removeprefix("--"))
-        return (self.name,)
-
-    def convert(self, raw: str) -> object:
-        """``raw`` as the flag's value (rule 2); argparse turns a ValueError into a usage error naming the flag."""
-        if self.kind is Path:
-            return Path(raw)
-        if self.kind is int:
-            value = int(raw)
-            low = "" if self.minimum is None else f"{self.minimum}<="
-            high = "" if self.maximum is None else f"<={self.maximum}"
-            if (self.minimum is not None and value < self.minimum) or (
-                self.maximum is not None and value > self.maximum
-            ):
-                raise argparse.ArgumentTypeError(f"{value} is not in the range {low}x{high}")
-            return value
-        return raw
-
+PROG = "ambit nodeproxy"
 
 _IN_LAB = "[default: <lab>/{}]"
 
@@ -194,57 +144,3 @@ FLAGS: tuple[Flag, ...] = (
     ),
 )
 """Every flag of ``ambit nodeproxy``, in the order ``--help`` lists them."""
-
-
-def build_parser(description: str, environ: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
-    """The argparse parser of :data:`FLAGS`; defaults of flags with an ``envvar`` come from ``environ``."""
-    environ = os.environ if environ is None else environ
-    parser = argparse.ArgumentParser(
-        prog="ambit nodeproxy",
-        usage="%(prog)s [OPTIONS]",
-        description=description,
-        allow_abbrev=False,
-        add_help=False,  # click's --help alone, no -h
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--help", action="help", help="Show this message and exit.")
-    for flag in FLAGS:
-        default = flag.default
-        help_text = flag.help
-        if flag.envvar is not None:
-            help_text += f" [env var: {flag.envvar}]"
-            from_env = environ.get(flag.envvar)
-            if from_env:  # rule 3; argparse converts a string default as it converts the flag's value
-                default = from_env
-        if flag.default is not None and flag.kind is not bool:
-            help_text += f" [default: {flag.default}]"
-        if flag.kind is bool:
-            parser.add_argument(
-                flag.name,
-                dest=flag.dest,
-                action=argparse.BooleanOptionalAction,
-                default=default,
-                help=f"{help_text} [default: {flag.name if flag.default else flag.names[1]}]",
-            )
-            continue
-        parser.add_argument(
-            flag.name,
-            dest=flag.dest,
-            type=_converter(flag),
-            default=default,
-            required=flag.required,
-            metavar=flag.metavar or flag.kind.__name__.upper(),
-            action="append" if flag.repeatable else "store",
-            help=help_text,
-        )
-    return parser
-
-
-def _converter(flag: Flag) -> Callable[[str], object]:
-    """``flag.convert`` under the kind's name, which argparse's errors show (``invalid int value: 'x'``)."""
-
-    def convert(raw: str) -> object:
-        return flag.convert(raw)
-
-    convert.__name__ = flag.kind.__name__
-    return convert

@@ -3,6 +3,10 @@
 Who the waypoint is comes from the pod's environment, as Istio's waypoint pods get it (POD_NAME, POD_NAMESPACE,
 INSTANCE_IP, SERVICE_ACCOUNT, NODE_NAME, GATEWAY_NAME); configuration from the control plane (--xds-address,
 --ca-address with --root-cert and --token) or, for tests and labs, from a local file and a local CA.
+
+This is typer's declaration of the command, for ``ambit --help`` and ``ambit waypoint --help``: ``ambit``'s entry
+point runs ``ambit waypoint proxy ...`` with argparse (:func:`ambit.cli.l7_proxy.waypoint_main`, its flags
+:data:`~ambit.cli.l7_proxy_flags.WAYPOINT_FLAGS`), without typer, click or rich in the waypoint's memory.
 """
 
 from __future__ import annotations
@@ -12,6 +16,9 @@ from typing import Annotated
 
 import typer
 
+from ambit.cli.app import run_argv_command
+from ambit.cli.l7_proxy import start_waypoint
+from ambit.cli.l7_proxy_flags import WAYPOINT_PROG
 from ambit.cli.waypoint import waypoint_app
 
 
@@ -69,31 +76,6 @@ def proxy(
     ] = None,
 ) -> None:
     """Run a waypoint: HBONE in on 15008, HTTP routed per request, metrics on 15020, readiness on 15021."""
-    from ambit.cli.l7_proxy import l7_settings, run_l7
-    from ambit.waypoint.process import run_waypoint
-
-    settings = l7_settings(
-        "waypoint",
-        namespace=namespace,
-        gateway_name=gateway_name,
-        service_account=service_account,
-        pod_name=pod_name,
-        instance_ip=instance_ip,
-        node_name=node_name,
-        xds_address=xds_address,
-        ca_address=ca_address,
-        root_cert=root_cert,
-        token=token,
-        server_name=server_name,
-        cluster_id=cluster_id,
-        trust_domain=trust_domain,
-        config=config,
-        local_ca=local_ca,
-        admin_port=admin_port,
-        stats_port=stats_port,
-        readiness_port=readiness_port,
-        log_json=log_json,
-        hbone_port=hbone_port,
-        dns_upstreams=tuple(dns_upstream or ()),
-    )
-    run_l7("ambit waypoint proxy", lambda: run_waypoint(settings, admin_token_file=admin_token_file), "uvloop")
+    # ambit's entry point runs this command with argparse (ambit.cli.l7_proxy); this declaration is typer's view of
+    # the same flags (`ambit --help` lists it), which tests/unit/test_cli_l7_proxy.py holds to its flag table.
+    run_argv_command(start_waypoint, locals(), WAYPOINT_PROG)
