@@ -23,6 +23,10 @@ class ProbeError(AmbitError):
     """A tool's output, or a process's ``/proc`` entry, was not what the benchmark reads."""
 
 
+class ProbeTimeout(ProbeError):
+    """A client did not finish within its bound: the message names the mode's route and what its sockets held."""
+
+
 @dataclass(frozen=True, slots=True)
 class Bulk:
     bits_per_second: float

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bench.mesh.probes import ProbeError, cpu_seconds, parse_iperf3, parse_sockperf, rss_bytes
+from bench.mesh.probes import ProbeError, ProbeTimeout, cpu_seconds, parse_iperf3, parse_sockperf, rss_bytes
 from bench.mesh.results import Sample
 from bench.mesh.topology import Processes
 
@@ -31,12 +31,30 @@ class Route:
 
 
 def _run(route: Route, argv: list[str], timeout: float) -> str:
-    done = subprocess.run(
-        ["ip", "netns", "exec", route.netns, *argv], capture_output=True, text=True, timeout=timeout, check=False
-    )
+    try:
+        done = subprocess.run(
+            ["ip", "netns", "exec", route.netns, *argv], capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except subprocess.TimeoutExpired:
+        raise ProbeTimeout(
+            f"{route.mode}: {' '.join(argv)} did not finish within {timeout:g} s "
+            f"(client netns {route.netns}, server {route.host}); its TCP sockets then:\n{_sockets(route.netns)}"
+        ) from None
     if done.returncode != 0 and not done.stdout.strip():
         raise ProbeError(f"{route.mode}: {argv[0]} failed ({done.returncode}): {done.stderr.strip()[-300:]}")
     return done.stdout
+
+
+def _sockets(netns: str) -> str:
+    """The client namespace's TCP sockets with their queues and TCP state, for a hung client's error (bounded)."""
+    try:
+        done = subprocess.run(
+            ["ip", "netns", "exec", netns, "ss", "-tnio"], capture_output=True, text=True, timeout=5, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"(ss failed: {exc})"
+    lines = (done.stdout or done.stderr).splitlines()
+    return "\n".join(lines[:40]) + (f"\n... {len(lines) - 40} more lines" if len(lines) > 40 else "")
 
 
 def _cpu(route: Route) -> float:

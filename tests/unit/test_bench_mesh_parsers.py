@@ -75,3 +75,29 @@ def test_the_flow_logs_cost_is_the_ratio_of_the_medians_with_and_without_it() ->
     samples += [Sample(FLOW_LOG_SCENARIO, "connections/s", NO_FLOW_LOG, v, "/s") for v in (1000, 1010, 990)]
     assert flow_log_cost(aggregate(samples)) == pytest.approx(0.98)
     assert flow_log_cost(aggregate(samples[:3])) is None
+
+
+def test_a_client_past_its_bound_fails_naming_its_route_and_its_sockets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hung bulk run (flaky-tests 49) names the route that hung and its TCP sockets, and is not retried."""
+    import subprocess
+
+    from bench.mesh import scenarios
+    from bench.mesh.probes import ProbeTimeout
+
+    calls: list[list[str]] = []
+
+    def run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        calls.append(argv)
+        if "iperf3" in argv:
+            raise subprocess.TimeoutExpired(argv, kwargs["timeout"])  # type: ignore[arg-type]
+        return subprocess.CompletedProcess(argv, 0, "ESTAB 0 4194304 198.18.0.9:41000 198.18.0.12:5201\n", "")
+
+    monkeypatch.setattr(scenarios.subprocess, "run", run)
+    route = scenarios.Route("ambit", "bench-c1", "198.18.0.12", {"iperf3": 5201}, ())
+    with pytest.raises(ProbeTimeout) as caught:
+        scenarios.bulk(route, "bulk, 4 streams", 4, 2.0)
+    message = str(caught.value)
+    assert message.startswith("ambit: iperf3 -c 198.18.0.12 -p 5201 -t 2 -P 4 -J did not finish within 32 s")
+    assert "client netns bench-c1" in message
+    assert "ESTAB 0 4194304" in message
+    assert sum("iperf3" in argv for argv in calls) == 1  # a hang is reported, not hidden by the busy-server retry
