@@ -35,7 +35,8 @@ from __future__ import annotations
 import enum
 import ipaddress
 import struct
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from ambit.errors import AmbitError
 
@@ -66,8 +67,7 @@ class Command(enum.IntEnum):
     PROXY = 1
 
 
-@dataclass(frozen=True, slots=True)
-class ProxyHeader:
+class ProxyHeader(Struct, frozen=True):
     """One decoded header; ``source`` and ``destination`` are ``(ip, port)``, None for LOCAL."""
 
     command: Command

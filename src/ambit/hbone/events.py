@@ -11,17 +11,19 @@ Stream lifecycle as seen through events (client view on the left, server view on
     PingAcknowledged              ping(payload)           the peer answered our PING (liveness, either side)
     ConnectionDraining            go_away()               graceful GOAWAY: streams in flight go on, none may be opened
     ConnectionTerminated                                  GOAWAY with an error, or a protocol error: no stream survives
+
+Events are frozen msgspec Structs, not dataclasses: the same fields, equality, hash and repr, but their classes and
+instances are built in C (one event per frame on the data path, and class creation at the node proxy's start).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 
 Headers = tuple[tuple[str, str], ...]
 
 
-@dataclass(frozen=True, slots=True)
-class TunnelRequested:
+class TunnelRequested(Struct, frozen=True):
     """Server: a valid plain CONNECT arrived; answer with ``respond(stream_id, status)``."""
 
     stream_id: int
@@ -29,8 +31,7 @@ class TunnelRequested:
     headers: Headers
 
 
-@dataclass(frozen=True, slots=True)
-class TunnelRejected:
+class TunnelRejected(Struct, frozen=True):
     """Server: a request that is not a valid plain CONNECT; the core already answered ``status`` and ended it."""
 
     stream_id: int
@@ -38,16 +39,14 @@ class TunnelRejected:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class TunnelEstablished:
+class TunnelEstablished(Struct, frozen=True):
     """Client: the server answered 200; data may flow both ways."""
 
     stream_id: int
     headers: Headers
 
 
-@dataclass(frozen=True, slots=True)
-class TunnelRefused:
+class TunnelRefused(Struct, frozen=True):
     """Client: the server answered with a status other than 200; the stream is done."""
 
     stream_id: int
@@ -55,8 +54,7 @@ class TunnelRefused:
     headers: Headers
 
 
-@dataclass(frozen=True, slots=True)
-class RequestReceived:
+class RequestReceived(Struct, frozen=True):
     """Server of HTTP/2 requests (:mod:`ambit.hbone.messages`): a valid request head arrived; answer with
     ``respond``. ``StreamEnded`` follows at once for a request without a body."""
 
@@ -68,16 +66,14 @@ class RequestReceived:
     headers: Headers
 
 
-@dataclass(frozen=True, slots=True)
-class RequestRejected:
+class RequestRejected(Struct, frozen=True):
     """Server of HTTP/2 requests: a malformed request head; the core reset the stream (PROTOCOL_ERROR)."""
 
     stream_id: int
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class ResponseReceived:
+class ResponseReceived(Struct, frozen=True):
     """Client of HTTP/2 requests: the final response head arrived (1xx heads are dropped)."""
 
     stream_id: int
@@ -85,16 +81,14 @@ class ResponseReceived:
     headers: Headers
 
 
-@dataclass(frozen=True, slots=True)
-class TrailersReceived:
+class TrailersReceived(Struct, frozen=True):
     """Either side of HTTP/2 requests: the trailer fields that end a message; ``StreamEnded`` follows."""
 
     stream_id: int
     headers: Headers
 
 
-@dataclass(frozen=True, slots=True)
-class DataReceived:
+class DataReceived(Struct, frozen=True):
     """Bytes for a stream. The caller must later call ``consumed(stream_id, flow_length)`` to reopen windows.
 
     ``data`` may be a read-only memoryview of the received bytes (never of a buffer that is reused).
@@ -105,15 +99,13 @@ class DataReceived:
     flow_length: int
 
 
-@dataclass(frozen=True, slots=True)
-class StreamEnded:
+class StreamEnded(Struct, frozen=True):
     """The peer half-closed the stream (END_STREAM)."""
 
     stream_id: int
 
 
-@dataclass(frozen=True, slots=True)
-class StreamReset:
+class StreamReset(Struct, frozen=True):
     """The stream was reset, by the peer (``remote``) or by this end because of a stream error."""
 
     stream_id: int
@@ -121,15 +113,13 @@ class StreamReset:
     remote: bool
 
 
-@dataclass(frozen=True, slots=True)
-class StreamWritable:
+class StreamWritable(Struct, frozen=True):
     """All data queued for the stream has been framed; a paused reader may resume."""
 
     stream_id: int
 
 
-@dataclass(frozen=True, slots=True)
-class ConnectionDraining:
+class ConnectionDraining(Struct, frozen=True):
     """A graceful GOAWAY (NO_ERROR) received: streams up to ``last_stream_id`` go on to their end; no new stream
     may be opened on the connection (ours above that id were never processed: each got a ``StreamReset``
     REFUSED_STREAM, safe to retry elsewhere)."""
@@ -138,15 +128,13 @@ class ConnectionDraining:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class PingAcknowledged:
+class PingAcknowledged(Struct, frozen=True):
     """The peer answered a PING this end sent with ``ping(payload)`` (unsolicited acknowledgements are dropped)."""
 
     payload: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class ConnectionTerminated:
+class ConnectionTerminated(Struct, frozen=True):
     """GOAWAY received, or the peer broke a rule and we sent GOAWAY; no stream survives."""
 
     error_code: int

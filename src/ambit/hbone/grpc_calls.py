@@ -46,8 +46,9 @@ import enum
 import math
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
 from urllib.parse import unquote_to_bytes
+
+from msgspec import Struct
 
 from ambit.hbone import wire
 from ambit.hbone.errors import GrpcMessageError, GrpcMessageTooLarge, HboneError
@@ -92,8 +93,7 @@ _HTTP_TO_STATUS = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class CallStatus:
+class CallStatus(Struct, frozen=True):
     code: StatusCode
     message: str = ""
     pushback: float | None = None

@@ -34,6 +34,8 @@ import enum
 import struct
 from dataclasses import dataclass
 
+from msgspec import Struct
+
 from ambit.hbone.errors import HboneError
 
 DEFAULT_PREFACE_TIMEOUT = 10.0
@@ -83,15 +85,13 @@ class Expiry(enum.StrEnum):
     KEEPALIVE = "keepalive_timeout"
 
 
-@dataclass(frozen=True, slots=True)
-class SendPing:
+class SendPing(Struct, frozen=True):
     """Send a PING with this payload (rule 3)."""
 
     payload: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class Expire:
+class Expire(Struct, frozen=True):
     """End the connection: gracefully for ``Expiry.IDLE`` (GOAWAY, streams in flight served), at once otherwise."""
 
     expiry: Expiry

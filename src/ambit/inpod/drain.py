@@ -35,7 +35,8 @@ Rules:
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 
 class Phase(enum.Enum):
@@ -45,48 +46,41 @@ class Phase(enum.Enum):
 
 
 # Events: past-tense facts.
-@dataclass(frozen=True, slots=True)
-class DrainRequested:
+class DrainRequested(Struct, frozen=True):
     now: float
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class ConnectionsCounted:
+class ConnectionsCounted(Struct, frozen=True):
     now: float
     live: int
 
 
-@dataclass(frozen=True, slots=True)
-class SuccessorChanged:
+class SuccessorChanged(Struct, frozen=True):
     now: float
     ready: bool
     """Whether a newer node proxy holds every pod of the node (the node agent's word over ZDS)."""
 
 
 # Commands: imperative.
-@dataclass(frozen=True, slots=True)
-class StopAccepting:
+class StopAccepting(Struct, frozen=True):
     deadline: float
     """Clock time at which connections still open are closed."""
     handover: bool = False
     """Whether the deadline is the hand-over's ``drain_max`` (a successor is ready) or the no-successor bound."""
 
 
-@dataclass(frozen=True, slots=True)
-class ExtendDrain:
+class ExtendDrain(Struct, frozen=True):
     deadline: float
     """The new clock time at which connections still open are closed (a successor became ready, rule 6)."""
 
 
-@dataclass(frozen=True, slots=True)
-class ForceClose:
+class ForceClose(Struct, frozen=True):
     live: int
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class Exit:
+class Exit(Struct, frozen=True):
     reason: str
 
 

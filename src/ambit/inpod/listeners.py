@@ -42,7 +42,8 @@ import errno
 import os
 import socket
 import threading
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from ambit.errors import AmbitError
 
@@ -63,8 +64,7 @@ class Port(enum.IntEnum):
     DNS = 15053
 
 
-@dataclass(frozen=True, slots=True)
-class ListenerSpec:
+class ListenerSpec(Struct, frozen=True):
     port: Port
     host: str
     kind: socket.SocketKind
@@ -102,8 +102,7 @@ def pod_listeners(*, ipv6: bool) -> tuple[ListenerSpec, ...]:
     return POD_LISTENERS if ipv6 else IPV4_LISTENERS
 
 
-@dataclass(frozen=True, slots=True)
-class PodListener:
+class PodListener(Struct, frozen=True):
     spec: ListenerSpec
     sock: socket.socket
 

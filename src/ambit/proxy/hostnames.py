@@ -40,7 +40,8 @@ import importlib
 import random
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from ambit.model.workload import IPAddress
 from ambit.proxy.errors import ProxyError
@@ -61,8 +62,7 @@ class HostnameLookupError(ProxyError):
         self.reason = reason
 
 
-@dataclass(frozen=True, slots=True)
-class Resolved:
+class Resolved(Struct, frozen=True):
     """What a lookup found: addresses of the asked family (possibly none), and for how long they hold."""
 
     addresses: tuple[IPAddress, ...]
@@ -73,8 +73,7 @@ Lookup = Callable[[str, int], Awaitable[Resolved]]
 """``(name, IP version 4 or 6)`` → :class:`Resolved`; raises :class:`HostnameLookupError`."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Entry:
+class _Entry(Struct, frozen=True):
     addresses: tuple[IPAddress, ...]
     expires: float
     failure: str = ""

@@ -91,6 +91,8 @@ import ipaddress
 from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field
 
+from msgspec import Struct
+
 from ambit import proxyprotocol
 from ambit.hbone.errors import AuthorityError
 from ambit.hbone.headers import hostport, parse_authority
@@ -112,8 +114,7 @@ readiness, as ztunnel's TestZtunnelSecureMetrics scrapes 15020 over HBONE): reac
 proxy itself (:attr:`InboundFacts.itself`)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Refuse:
+class Refuse(Struct, frozen=True):
     """Refuse the connection: answer ``status`` on HBONE (reset otherwise), count it with ``flag`` if ``counted``."""
 
     status: int
@@ -124,8 +125,7 @@ class Refuse:
     """The dial the refusal stopped, when it came that far (an inbound denial is counted against it)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Tunnel:
+class Tunnel(Struct, frozen=True):
     """An HBONE tunnel: CONNECT ``authority`` on a pooled mutual-TLS connection to ``address``."""
 
     destination: Destination
@@ -139,8 +139,7 @@ class Tunnel:
     """The waypoint the tunnel goes through (rules 3 and 5); None for a tunnel straight to the destination pod."""
 
 
-@dataclass(frozen=True, slots=True)
-class Plain:
+class Plain(Struct, frozen=True):
     """Plain TCP to ``address``, from the pod's own address."""
 
     destination: Destination
@@ -150,8 +149,7 @@ class Plain:
     """A name to resolve for the address to dial (rule 10), else ``""``."""
 
 
-@dataclass(frozen=True, slots=True)
-class Local:
+class Local(Struct, frozen=True):
     """The destination pod is served by this proxy: hand the connection to its inbound side."""
 
     destination: Destination
@@ -160,8 +158,7 @@ class Local:
     """``(pod IP, target port)``."""
 
 
-@dataclass(frozen=True, slots=True)
-class AppTunnelHeader:
+class AppTunnelHeader(Struct, frozen=True):
     """The PROXY header a PROXY application tunnel starts with (inbound rule 6)."""
 
     source: tuple[IPAddress, int]
@@ -197,8 +194,7 @@ InboundPlan = Dial | Refuse
 # --- outbound --------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class NodeView:
+class NodeView(Struct, frozen=True):
     """What plans know of the proxy itself: its network and node, and the workloads whose pods it serves."""
 
     network: str
@@ -210,8 +206,7 @@ class NodeView:
         return workload.node == self.node and workload.uid in self.local_workloads
 
 
-@dataclass(frozen=True, slots=True)
-class OutboundFacts:
+class OutboundFacts(Struct, frozen=True):
     """One connection a local pod opened: where it was going (original destination), and who the pod is."""
 
     dst_ip: IPAddress
@@ -329,8 +324,7 @@ def _from_waypoint(state: WorkloadState, gateway: GatewayAddress, source: Worklo
 # --- inbound ---------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class InboundFacts:
+class InboundFacts(Struct, frozen=True):
     """One connection arriving for a local pod."""
 
     local: Workload | None

@@ -36,8 +36,9 @@ import queue
 import socket
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Protocol
+
+from msgspec import Struct
 
 from ambit.proxy.errors import ProxyConnectError, SocketFactoryError
 from ambit.proxy.sockaddr import SOCKADDR_IN6_SIZE, SOCKADDR_IN_SIZE, SockaddrError, decode_sockaddr
@@ -152,15 +153,13 @@ def enter_netns(fd: int) -> None:
 _STOP = object()
 
 
-@dataclass(frozen=True, slots=True)
-class _Refill:
+class _Refill(Struct, frozen=True):
     """Top the pool of ``family`` up."""
 
     family: socket.AddressFamily
 
 
-@dataclass(frozen=True, slots=True)
-class _SocketRequest:
+class _SocketRequest(Struct, frozen=True):
     """A caller waiting (on the loop) for a socket the pool did not have."""
 
     future: asyncio.Future[socket.socket]

@@ -39,6 +39,7 @@ from typing import Protocol
 
 from google.protobuf import struct_pb2
 from google.protobuf.message import DecodeError
+from msgspec import Struct
 
 from ambit import ISTIO_VERSION, __version__
 from ambit.api import discovery_pb2 as dpb
@@ -85,8 +86,7 @@ class Backoff:
         return min(self.maximum, self.initial * 2.0 ** min(attempt, 30)) * (0.5 + jitter / 2)
 
 
-@dataclass(frozen=True, slots=True)
-class Subscription:
+class Subscription(Struct, frozen=True):
     """One more type to follow, by resource name: each update's upserts and removals go to ``on_update``."""
 
     type_url: str

@@ -6,32 +6,28 @@ fd ownership: an fd named in :class:`OpenPodListeners` passes to the shell (it k
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 
 from ambit.zds.events import Event
 from ambit.zds.protocol import WorkloadInfo
 
 
-@dataclass(frozen=True, slots=True)
-class SendMessage:
+class SendMessage(Struct, frozen=True):
     """Send one datagram, with ``fds`` as SCM_RIGHTS ancillary data."""
 
     data: bytes
     fds: tuple[int, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class CloseConnection:
+class CloseConnection(Struct, frozen=True):
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class CloseFds:
+class CloseFds(Struct, frozen=True):
     fds: tuple[int, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class OpenPodListeners:
+class OpenPodListeners(Struct, frozen=True):
     """Start (or restart, latest netns wins) the pod's proxy in the netns ``fd``; then report back to the session."""
 
     uid: str
@@ -39,8 +35,7 @@ class OpenPodListeners:
     fd: int
 
 
-@dataclass(frozen=True, slots=True)
-class StopPodProxy:
+class StopPodProxy(Struct, frozen=True):
     """Stop the pod's proxy now (the pod is gone or was not in the snapshot: no drain)."""
 
     uid: str

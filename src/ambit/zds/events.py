@@ -5,31 +5,27 @@ A session method returns a list of :data:`Output`, in order; the shell acts on c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 
 from ambit.zds.errors import ProtocolError
 
 
-@dataclass(frozen=True, slots=True)
-class HelloReceived:
+class HelloReceived(Struct, frozen=True):
     """The node proxy announced ZDS V1; the agent starts the snapshot."""
 
 
-@dataclass(frozen=True, slots=True)
-class SnapshotCompleted:
+class SnapshotCompleted(Struct, frozen=True):
     """The node proxy acknowledged SnapshotSent; from now on only Add and Del are sent."""
 
 
-@dataclass(frozen=True, slots=True)
-class RequestAcked:
+class RequestAcked(Struct, frozen=True):
     """The node proxy acknowledged a request. ``kind`` is ``add``, ``keep``, ``del`` or ``snapshot_sent``."""
 
     kind: str
     uid: str
 
 
-@dataclass(frozen=True, slots=True)
-class RequestNacked:
+class RequestNacked(Struct, frozen=True):
     """The node proxy answered a request with an error string; the connection stays up."""
 
     kind: str
@@ -37,29 +33,25 @@ class RequestNacked:
     error: str
 
 
-@dataclass(frozen=True, slots=True)
-class TimedOut:
+class TimedOut(Struct, frozen=True):
     """A wait (for the hello or for an ack) passed its deadline; the connection is being closed."""
 
     waiting_for: str
 
 
-@dataclass(frozen=True, slots=True)
-class ProtocolViolated:
+class ProtocolViolated(Struct, frozen=True):
     """The peer (or our caller, by ``error.blame``) broke a rule; the connection is being closed."""
 
     error: ProtocolError
 
 
-@dataclass(frozen=True, slots=True)
-class SnapshotReconciled:
+class SnapshotReconciled(Struct, frozen=True):
     """The node proxy received SnapshotSent and dropped the pods neither added nor kept in the snapshot."""
 
     dropped: frozenset[str]
 
 
-@dataclass(frozen=True, slots=True)
-class SuccessorReported:
+class SuccessorReported(Struct, frozen=True):
     """The node proxy heard (``SuccessorReady``) whether a later node proxy holds every pod of the node, or lost the
     connection that said so (``ready`` False: unknown again until the agent says it anew)."""
 

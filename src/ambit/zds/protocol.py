@@ -14,10 +14,10 @@ Invariants:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TypeVar
 
 from google.protobuf.message import DecodeError
+from msgspec import Struct
 
 from ambit.api import zds_pb2
 from ambit.zds.errors import Blame, ProtocolError
@@ -26,8 +26,7 @@ MAX_MESSAGE_SIZE = 1024
 """Both sides read into a buffer of this size; a bigger message cannot be delivered (spec §3.2)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Datagram:
+class Datagram(Struct, frozen=True):
     """One received SEQPACKET datagram. ``truncated`` is set when MSG_TRUNC or MSG_CTRUNC came back."""
 
     data: bytes
@@ -35,8 +34,7 @@ class Datagram:
     truncated: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class WorkloadInfo:
+class WorkloadInfo(Struct, frozen=True):
     """Pod name, namespace and ``spec.serviceAccountName``."""
 
     name: str
@@ -44,30 +42,25 @@ class WorkloadInfo:
     service_account: str
 
 
-@dataclass(frozen=True, slots=True)
-class AddRequest:
+class AddRequest(Struct, frozen=True):
     uid: str
     info: WorkloadInfo
     fd: int
 
 
-@dataclass(frozen=True, slots=True)
-class KeepRequest:
+class KeepRequest(Struct, frozen=True):
     uid: str
 
 
-@dataclass(frozen=True, slots=True)
-class DelRequest:
+class DelRequest(Struct, frozen=True):
     uid: str
 
 
-@dataclass(frozen=True, slots=True)
-class SnapshotSentRequest:
+class SnapshotSentRequest(Struct, frozen=True):
     pass
 
 
-@dataclass(frozen=True, slots=True)
-class SuccessorReadyRequest:
+class SuccessorReadyRequest(Struct, frozen=True):
     """Ambit's extension (only to a proxy whose hello asked for it): whether a later proxy holds every pod."""
 
     ready: bool
