@@ -12,7 +12,8 @@ process, so what is measured is the import closure of the start and nothing the 
 - ``wall`` and ``CPU``: ``perf_counter`` and ``process_time`` around the whole start path, in ms;
 - ``importtime``: the sum of the top-level imports' cumulative times in a separate process run with
   ``python -X importtime`` (which slows imports down: its figures are only comparable with each other);
-- ``modules``: ``len(sys.modules)`` at the end, and how many of them are ``ambit``'s.
+- ``modules``: ``len(sys.modules)`` at the end, and how many of them are ``ambit``'s;
+- ``RSS``: the process's resident memory at the end, in MiB (the imports' share of the proxy's memory at start).
 
 The trees run in turn (A B A B ...), ``--rounds`` processes of each kind per tree, so load from other work on the
 machine falls on all of them alike; medians and minima are printed with the load average before and after. The
@@ -58,7 +59,8 @@ else:
     raise SystemExit("the start path did not reach the event loop")
 wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
 ambit = sum(1 for name in sys.modules if name.split('.')[0] == 'ambit')
-print(json.dumps({{"wall": wall * 1e3, "cpu": cpu * 1e3, "modules": len(sys.modules), "ambit": ambit}}))
+rss = next(int(line.split()[1]) for line in open('/proc/self/status') if line.startswith('VmRSS:')) / 1024
+print(json.dumps({{"wall": wall * 1e3, "cpu": cpu * 1e3, "modules": len(sys.modules), "ambit": ambit, "rss": rss}}))
 """
 
 
@@ -122,8 +124,8 @@ def main() -> None:
     after = load()
     print(f"{options.rounds} processes of each kind per tree, in turn; load average {before} before, {after} after")
     print()
-    print("| tree | wall (ms) | CPU (ms) | -X importtime (ms) | min wall / CPU | modules (ambit) |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    print("| tree | wall (ms) | CPU (ms) | -X importtime (ms) | min wall / CPU | modules (ambit) | RSS (MiB) |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for name in trees:
         rows, more = results[name], timed[name]
         wall = [r["wall"] for r in rows]
@@ -131,7 +133,8 @@ def main() -> None:
         imp = [r["importtime"] for r in more]
         print(
             f"| {name} | {statistics.median(wall):.0f} | {statistics.median(cpu):.0f} | {statistics.median(imp):.0f}"
-            f" | {min(wall):.0f} / {min(cpu):.0f} | {rows[-1]['modules']:.0f} ({rows[-1]['ambit']:.0f}) |"
+            f" | {min(wall):.0f} / {min(cpu):.0f} | {rows[-1]['modules']:.0f} ({rows[-1]['ambit']:.0f})"
+            f" | {statistics.median(r['rss'] for r in rows):.1f} |"
         )
     if options.top:
         for name in trees:
