@@ -35,8 +35,7 @@ from __future__ import annotations
 import enum
 import ipaddress
 import struct
-
-from msgspec import Struct
+from dataclasses import dataclass
 
 from ambit.errors import AmbitError
 
@@ -67,7 +66,8 @@ class Command(enum.IntEnum):
     PROXY = 1
 
 
-class ProxyHeader(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class ProxyHeader:
     """One decoded header; ``source`` and ``destination`` are ``(ip, port)``, None for LOCAL."""
 
     command: Command

@@ -11,19 +11,17 @@ Stream lifecycle as seen through events (client view on the left, server view on
     PingAcknowledged              ping(payload)           the peer answered our PING (liveness, either side)
     ConnectionDraining            go_away()               graceful GOAWAY: streams in flight go on, none may be opened
     ConnectionTerminated                                  GOAWAY with an error, or a protocol error: no stream survives
-
-Events are frozen msgspec Structs, not dataclasses: the same fields, equality, hash and repr, but their classes and
-instances are built in C (one event per frame on the data path, and class creation at the node proxy's start).
 """
 
 from __future__ import annotations
 
-from msgspec import Struct
+from dataclasses import dataclass
 
 Headers = tuple[tuple[str, str], ...]
 
 
-class TunnelRequested(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class TunnelRequested:
     """Server: a valid plain CONNECT arrived; answer with ``respond(stream_id, status)``."""
 
     stream_id: int
@@ -31,7 +29,8 @@ class TunnelRequested(Struct, frozen=True):
     headers: Headers
 
 
-class TunnelRejected(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class TunnelRejected:
     """Server: a request that is not a valid plain CONNECT; the core already answered ``status`` and ended it."""
 
     stream_id: int
@@ -39,14 +38,16 @@ class TunnelRejected(Struct, frozen=True):
     reason: str
 
 
-class TunnelEstablished(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class TunnelEstablished:
     """Client: the server answered 200; data may flow both ways."""
 
     stream_id: int
     headers: Headers
 
 
-class TunnelRefused(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class TunnelRefused:
     """Client: the server answered with a status other than 200; the stream is done."""
 
     stream_id: int
@@ -54,7 +55,8 @@ class TunnelRefused(Struct, frozen=True):
     headers: Headers
 
 
-class RequestReceived(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class RequestReceived:
     """Server of HTTP/2 requests (:mod:`ambit.hbone.messages`): a valid request head arrived; answer with
     ``respond``. ``StreamEnded`` follows at once for a request without a body."""
 
@@ -66,14 +68,16 @@ class RequestReceived(Struct, frozen=True):
     headers: Headers
 
 
-class RequestRejected(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class RequestRejected:
     """Server of HTTP/2 requests: a malformed request head; the core reset the stream (PROTOCOL_ERROR)."""
 
     stream_id: int
     reason: str
 
 
-class ResponseReceived(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class ResponseReceived:
     """Client of HTTP/2 requests: the final response head arrived (1xx heads are dropped)."""
 
     stream_id: int
@@ -81,14 +85,16 @@ class ResponseReceived(Struct, frozen=True):
     headers: Headers
 
 
-class TrailersReceived(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class TrailersReceived:
     """Either side of HTTP/2 requests: the trailer fields that end a message; ``StreamEnded`` follows."""
 
     stream_id: int
     headers: Headers
 
 
-class DataReceived(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class DataReceived:
     """Bytes for a stream. The caller must later call ``consumed(stream_id, flow_length)`` to reopen windows.
 
     ``data`` may be a read-only memoryview of the received bytes (never of a buffer that is reused).
@@ -99,13 +105,15 @@ class DataReceived(Struct, frozen=True):
     flow_length: int
 
 
-class StreamEnded(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class StreamEnded:
     """The peer half-closed the stream (END_STREAM)."""
 
     stream_id: int
 
 
-class StreamReset(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class StreamReset:
     """The stream was reset, by the peer (``remote``) or by this end because of a stream error."""
 
     stream_id: int
@@ -113,13 +121,15 @@ class StreamReset(Struct, frozen=True):
     remote: bool
 
 
-class StreamWritable(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class StreamWritable:
     """All data queued for the stream has been framed; a paused reader may resume."""
 
     stream_id: int
 
 
-class ConnectionDraining(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class ConnectionDraining:
     """A graceful GOAWAY (NO_ERROR) received: streams up to ``last_stream_id`` go on to their end; no new stream
     may be opened on the connection (ours above that id were never processed: each got a ``StreamReset``
     REFUSED_STREAM, safe to retry elsewhere)."""
@@ -128,13 +138,15 @@ class ConnectionDraining(Struct, frozen=True):
     reason: str
 
 
-class PingAcknowledged(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class PingAcknowledged:
     """The peer answered a PING this end sent with ``ping(payload)`` (unsolicited acknowledgements are dropped)."""
 
     payload: bytes
 
 
-class ConnectionTerminated(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class ConnectionTerminated:
     """GOAWAY received, or the peer broke a rule and we sent GOAWAY; no stream survives."""
 
     error_code: int

@@ -46,9 +46,8 @@ import enum
 import math
 import struct
 from collections.abc import Sequence
+from dataclasses import dataclass
 from urllib.parse import unquote_to_bytes
-
-from msgspec import Struct
 
 from ambit.hbone import wire
 from ambit.hbone.errors import GrpcMessageError, GrpcMessageTooLarge, HboneError
@@ -93,7 +92,8 @@ _HTTP_TO_STATUS = {
 }
 
 
-class CallStatus(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class CallStatus:
     code: StatusCode
     message: str = ""
     pushback: float | None = None

@@ -34,8 +34,6 @@ import enum
 import struct
 from dataclasses import dataclass
 
-from msgspec import Struct
-
 from ambit.hbone.errors import HboneError
 
 DEFAULT_PREFACE_TIMEOUT = 10.0
@@ -85,13 +83,15 @@ class Expiry(enum.StrEnum):
     KEEPALIVE = "keepalive_timeout"
 
 
-class SendPing(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class SendPing:
     """Send a PING with this payload (rule 3)."""
 
     payload: bytes
 
 
-class Expire(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class Expire:
     """End the connection: gracefully for ``Expiry.IDLE`` (GOAWAY, streams in flight served), at once otherwise."""
 
     expiry: Expiry

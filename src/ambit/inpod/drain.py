@@ -35,8 +35,7 @@ Rules:
 from __future__ import annotations
 
 import enum
-
-from msgspec import Struct
+from dataclasses import dataclass
 
 
 class Phase(enum.Enum):
@@ -46,41 +45,48 @@ class Phase(enum.Enum):
 
 
 # Events: past-tense facts.
-class DrainRequested(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class DrainRequested:
     now: float
     reason: str
 
 
-class ConnectionsCounted(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class ConnectionsCounted:
     now: float
     live: int
 
 
-class SuccessorChanged(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class SuccessorChanged:
     now: float
     ready: bool
     """Whether a newer node proxy holds every pod of the node (the node agent's word over ZDS)."""
 
 
 # Commands: imperative.
-class StopAccepting(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class StopAccepting:
     deadline: float
     """Clock time at which connections still open are closed."""
     handover: bool = False
     """Whether the deadline is the hand-over's ``drain_max`` (a successor is ready) or the no-successor bound."""
 
 
-class ExtendDrain(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class ExtendDrain:
     deadline: float
     """The new clock time at which connections still open are closed (a successor became ready, rule 6)."""
 
 
-class ForceClose(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class ForceClose:
     live: int
     reason: str
 
 
-class Exit(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class Exit:
     reason: str
 
 

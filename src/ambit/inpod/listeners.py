@@ -42,8 +42,7 @@ import errno
 import os
 import socket
 import threading
-
-from msgspec import Struct
+from dataclasses import dataclass
 
 from ambit.errors import AmbitError
 
@@ -64,7 +63,8 @@ class Port(enum.IntEnum):
     DNS = 15053
 
 
-class ListenerSpec(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class ListenerSpec:
     port: Port
     host: str
     kind: socket.SocketKind
@@ -102,7 +102,8 @@ def pod_listeners(*, ipv6: bool) -> tuple[ListenerSpec, ...]:
     return POD_LISTENERS if ipv6 else IPV4_LISTENERS
 
 
-class PodListener(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class PodListener:
     spec: ListenerSpec
     sock: socket.socket
 

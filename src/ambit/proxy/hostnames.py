@@ -40,8 +40,7 @@ import importlib
 import random
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
-
-from msgspec import Struct
+from dataclasses import dataclass
 
 from ambit.model.workload import IPAddress
 from ambit.proxy.errors import ProxyError
@@ -62,7 +61,8 @@ class HostnameLookupError(ProxyError):
         self.reason = reason
 
 
-class Resolved(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class Resolved:
     """What a lookup found: addresses of the asked family (possibly none), and for how long they hold."""
 
     addresses: tuple[IPAddress, ...]
@@ -73,7 +73,8 @@ Lookup = Callable[[str, int], Awaitable[Resolved]]
 """``(name, IP version 4 or 6)`` → :class:`Resolved`; raises :class:`HostnameLookupError`."""
 
 
-class _Entry(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class _Entry:
     addresses: tuple[IPAddress, ...]
     expires: float
     failure: str = ""

@@ -91,8 +91,6 @@ import ipaddress
 from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field
 
-from msgspec import Struct
-
 from ambit import proxyprotocol
 from ambit.hbone.errors import AuthorityError
 from ambit.hbone.headers import hostport, parse_authority
@@ -114,7 +112,8 @@ readiness, as ztunnel's TestZtunnelSecureMetrics scrapes 15020 over HBONE): reac
 proxy itself (:attr:`InboundFacts.itself`)."""
 
 
-class Refuse(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class Refuse:
     """Refuse the connection: answer ``status`` on HBONE (reset otherwise), count it with ``flag`` if ``counted``."""
 
     status: int
@@ -125,7 +124,8 @@ class Refuse(Struct, frozen=True):
     """The dial the refusal stopped, when it came that far (an inbound denial is counted against it)."""
 
 
-class Tunnel(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class Tunnel:
     """An HBONE tunnel: CONNECT ``authority`` on a pooled mutual-TLS connection to ``address``."""
 
     destination: Destination
@@ -139,7 +139,8 @@ class Tunnel(Struct, frozen=True):
     """The waypoint the tunnel goes through (rules 3 and 5); None for a tunnel straight to the destination pod."""
 
 
-class Plain(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class Plain:
     """Plain TCP to ``address``, from the pod's own address."""
 
     destination: Destination
@@ -149,7 +150,8 @@ class Plain(Struct, frozen=True):
     """A name to resolve for the address to dial (rule 10), else ``""``."""
 
 
-class Local(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class Local:
     """The destination pod is served by this proxy: hand the connection to its inbound side."""
 
     destination: Destination
@@ -158,7 +160,8 @@ class Local(Struct, frozen=True):
     """``(pod IP, target port)``."""
 
 
-class AppTunnelHeader(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class AppTunnelHeader:
     """The PROXY header a PROXY application tunnel starts with (inbound rule 6)."""
 
     source: tuple[IPAddress, int]
@@ -194,7 +197,8 @@ InboundPlan = Dial | Refuse
 # --- outbound --------------------------------------------------------------------------------------------------
 
 
-class NodeView(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class NodeView:
     """What plans know of the proxy itself: its network and node, and the workloads whose pods it serves."""
 
     network: str
@@ -206,7 +210,8 @@ class NodeView(Struct, frozen=True):
         return workload.node == self.node and workload.uid in self.local_workloads
 
 
-class OutboundFacts(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class OutboundFacts:
     """One connection a local pod opened: where it was going (original destination), and who the pod is."""
 
     dst_ip: IPAddress
@@ -324,7 +329,8 @@ def _from_waypoint(state: WorkloadState, gateway: GatewayAddress, source: Worklo
 # --- inbound ---------------------------------------------------------------------------------------------------
 
 
-class InboundFacts(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class InboundFacts:
     """One connection arriving for a local pod."""
 
     local: Workload | None

@@ -36,9 +36,8 @@ import queue
 import socket
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
-
-from msgspec import Struct
 
 from ambit.proxy.errors import ProxyConnectError, SocketFactoryError
 from ambit.proxy.sockaddr import SOCKADDR_IN6_SIZE, SOCKADDR_IN_SIZE, SockaddrError, decode_sockaddr
@@ -153,13 +152,15 @@ def enter_netns(fd: int) -> None:
 _STOP = object()
 
 
-class _Refill(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class _Refill:
     """Top the pool of ``family`` up."""
 
     family: socket.AddressFamily
 
 
-class _SocketRequest(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class _SocketRequest:
     """A caller waiting (on the loop) for a socket the pool did not have."""
 
     future: asyncio.Future[socket.socket]

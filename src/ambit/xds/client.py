@@ -39,7 +39,6 @@ from typing import Protocol
 
 from google.protobuf import struct_pb2
 from google.protobuf.message import DecodeError
-from msgspec import Struct
 
 from ambit import ISTIO_VERSION, __version__
 from ambit.api import discovery_pb2 as dpb
@@ -86,7 +85,8 @@ class Backoff:
         return min(self.maximum, self.initial * 2.0 ** min(attempt, 30)) * (0.5 + jitter / 2)
 
 
-class Subscription(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class Subscription:
     """One more type to follow, by resource name: each update's upserts and removals go to ``on_update``."""
 
     type_url: str

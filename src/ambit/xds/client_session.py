@@ -35,9 +35,9 @@ Rules:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from google.protobuf import any_pb2
-from msgspec import Struct
 
 from ambit.api import discovery_pb2 as dpb
 from ambit.xds.errors import XdsConversionError
@@ -57,7 +57,8 @@ limit. (It was 768 KiB under a 1 MiB limit: past ~15,000 resources every client 
 sent everything again, issue 22.)"""
 
 
-class ClientUpdate(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class ClientUpdate:
     """One response's effect: what to upsert and remove, and the request to send back."""
 
     type_url: str

@@ -6,28 +6,32 @@ fd ownership: an fd named in :class:`OpenPodListeners` passes to the shell (it k
 
 from __future__ import annotations
 
-from msgspec import Struct
+from dataclasses import dataclass
 
 from ambit.zds.events import Event
 from ambit.zds.protocol import WorkloadInfo
 
 
-class SendMessage(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class SendMessage:
     """Send one datagram, with ``fds`` as SCM_RIGHTS ancillary data."""
 
     data: bytes
     fds: tuple[int, ...] = ()
 
 
-class CloseConnection(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class CloseConnection:
     reason: str
 
 
-class CloseFds(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class CloseFds:
     fds: tuple[int, ...]
 
 
-class OpenPodListeners(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class OpenPodListeners:
     """Start (or restart, latest netns wins) the pod's proxy in the netns ``fd``; then report back to the session."""
 
     uid: str
@@ -35,7 +39,8 @@ class OpenPodListeners(Struct, frozen=True):
     fd: int
 
 
-class StopPodProxy(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class StopPodProxy:
     """Stop the pod's proxy now (the pod is gone or was not in the snapshot: no drain)."""
 
     uid: str

@@ -5,27 +5,31 @@ A session method returns a list of :data:`Output`, in order; the shell acts on c
 
 from __future__ import annotations
 
-from msgspec import Struct
+from dataclasses import dataclass
 
 from ambit.zds.errors import ProtocolError
 
 
-class HelloReceived(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class HelloReceived:
     """The node proxy announced ZDS V1; the agent starts the snapshot."""
 
 
-class SnapshotCompleted(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class SnapshotCompleted:
     """The node proxy acknowledged SnapshotSent; from now on only Add and Del are sent."""
 
 
-class RequestAcked(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class RequestAcked:
     """The node proxy acknowledged a request. ``kind`` is ``add``, ``keep``, ``del`` or ``snapshot_sent``."""
 
     kind: str
     uid: str
 
 
-class RequestNacked(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class RequestNacked:
     """The node proxy answered a request with an error string; the connection stays up."""
 
     kind: str
@@ -33,25 +37,29 @@ class RequestNacked(Struct, frozen=True):
     error: str
 
 
-class TimedOut(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class TimedOut:
     """A wait (for the hello or for an ack) passed its deadline; the connection is being closed."""
 
     waiting_for: str
 
 
-class ProtocolViolated(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class ProtocolViolated:
     """The peer (or our caller, by ``error.blame``) broke a rule; the connection is being closed."""
 
     error: ProtocolError
 
 
-class SnapshotReconciled(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class SnapshotReconciled:
     """The node proxy received SnapshotSent and dropped the pods neither added nor kept in the snapshot."""
 
     dropped: frozenset[str]
 
 
-class SuccessorReported(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class SuccessorReported:
     """The node proxy heard (``SuccessorReady``) whether a later node proxy holds every pod of the node, or lost the
     connection that said so (``ready`` False: unknown again until the agent says it anew)."""
 

@@ -14,10 +14,10 @@ Invariants:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TypeVar
 
 from google.protobuf.message import DecodeError
-from msgspec import Struct
 
 from ambit.api import zds_pb2
 from ambit.zds.errors import Blame, ProtocolError
@@ -26,7 +26,8 @@ MAX_MESSAGE_SIZE = 1024
 """Both sides read into a buffer of this size; a bigger message cannot be delivered (spec §3.2)."""
 
 
-class Datagram(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class Datagram:
     """One received SEQPACKET datagram. ``truncated`` is set when MSG_TRUNC or MSG_CTRUNC came back."""
 
     data: bytes
@@ -34,7 +35,8 @@ class Datagram(Struct, frozen=True):
     truncated: bool = False
 
 
-class WorkloadInfo(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class WorkloadInfo:
     """Pod name, namespace and ``spec.serviceAccountName``."""
 
     name: str
@@ -42,25 +44,30 @@ class WorkloadInfo(Struct, frozen=True):
     service_account: str
 
 
-class AddRequest(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class AddRequest:
     uid: str
     info: WorkloadInfo
     fd: int
 
 
-class KeepRequest(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class KeepRequest:
     uid: str
 
 
-class DelRequest(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class DelRequest:
     uid: str
 
 
-class SnapshotSentRequest(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class SnapshotSentRequest:
     pass
 
 
-class SuccessorReadyRequest(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class SuccessorReadyRequest:
     """Ambit's extension (only to a proxy whose hello asked for it): whether a later proxy holds every pod."""
 
     ready: bool
