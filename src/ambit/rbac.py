@@ -57,12 +57,14 @@ import functools
 import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ambit.model.identity import SpiffeId
 from ambit.model.policy import Action, Cidr, KeyedMatch, Match, Policy, Scope, ServiceAccountMatch, StringMatch
-from ambit.model.requestauth import RequestIdentity
 from ambit.model.workload import IPAddress, Workload
+
+if TYPE_CHECKING:  # a waypoint's type: the node proxy's L4 decisions never load the JWT model
+    from ambit.model.requestauth import RequestIdentity
 
 __all__ = [
     "Applicable",

@@ -235,6 +235,26 @@ def test_the_node_proxys_start_imports_neither_typer_click_rich_nor_the_other_co
     assert not {name for name in imported if name.split(".")[0] in FORBIDDEN}
 
 
+WAYPOINT_ONLY = ("ambit.model.requestauth",)
+"""ambit's own modules the node proxy's start must not import: the JWT model (RequestAuthentication) only a
+waypoint's L7 policies use; the node proxy's L4 decisions never carry a request identity."""
+
+
+def test_the_node_proxys_start_leaves_the_waypoints_modules_unloaded() -> None:
+    probe = (
+        "import sys\n"
+        "from ambit.cli import main\n"
+        "sys.argv = ['ambit', 'nodeproxy', '--node', 'n', '--trust-domain', 'Bad!']\n"
+        "try:\n    main.main()\nexcept SystemExit as exc:\n    assert exc.code == 2, exc.code\n"
+        "import ambit.inpod.daemon, ambit.inpod.allocator, ambit.cli.process_logging\n"
+        "import ambit.rbac\n"
+        f"print(sorted(m for m in sys.modules if m in {WAYPOINT_ONLY!r}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], check=False, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
+
+
 def test_the_first_certificate_from_a_ca_loads_no_cryptography(tmp_path: Path) -> None:
     """What a node proxy does with its first workload certificate from istiod or our control plane: the CSR (in
     the CA client's worker), the answer's chain, both HBONE contexts, a peer's check and the ``/config_dump`` entry.
