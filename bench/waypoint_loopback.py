@@ -12,6 +12,10 @@
   (``http2``; the waypoint still speaks HTTP/1.1 to the endpoint, whose port is declared HTTP), one request at
   a time per tunnel, all paced together at ``--rate`` requests/s.
 
+``--rate 1000 --tunnels 10`` is the lab's fixed-rate scenario (``make bench-l7``: 10 connections x 100 req/s, each
+request alone on its connection, so every request pays the wake-ups a busy proxy shares); a ``--rate`` far above
+what the client reaches (``--rate 50000 --tunnels 16``) saturates it instead, as the lab's keep-alive scenario does.
+
 A run ends after ``--requests`` requests or ``--seconds`` seconds, whichever comes first. Measured on the child,
 from ``/proc/<pid>/stat`` (user + system time) over the paced part only (start-up and warm-up excluded): CPU
 seconds per 1,000 requests, which is vCPU per 1,000 req/s; the child's RSS (``VmRSS``, and its peak ``VmHWM``);
