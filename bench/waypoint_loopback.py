@@ -12,10 +12,18 @@
   (``http2``; the waypoint still speaks HTTP/1.1 to the endpoint, whose port is declared HTTP), one request at
   a time per tunnel, all paced together at ``--rate`` requests/s.
 
+``--rate 1000 --tunnels 10`` is the lab's fixed-rate scenario (``make bench-l7``: 10 connections x 100 req/s, each
+request alone on its connection, so every request pays the wake-ups a busy proxy shares); a ``--rate`` far above
+what the client reaches (``--rate 50000 --tunnels 16``) saturates it instead, as the lab's keep-alive scenario does.
+
 A run ends after ``--requests`` requests or ``--seconds`` seconds, whichever comes first. Measured on the child,
 from ``/proc/<pid>/stat`` (user + system time) over the paced part only (start-up and warm-up excluded): CPU
 seconds per 1,000 requests, which is vCPU per 1,000 req/s; the child's RSS (``VmRSS``, and its peak ``VmHWM``);
-the achieved rate, the client's p50/p99 latency, and the load average at the end.
+the achieved rate, the client's p50/p99 latency, the load average at the end, and the wake-ups per request (the
+voluntary context switches of the child's main thread, where its event loop runs: its waits for events that
+blocked). At a fixed rate the CPU per request depends on how many requests each wake-up serves: on a loaded machine
+the waypoint answers later, requests of different tunnels meet in one loop iteration, and each costs less (the
+client's p50 rises with it); compare runs of like p50 and wake-ups, or medians of alternating rounds.
 
 CPU per request is steady even on a loaded machine (time the process did not get is not charged to it, and the
 work per request does not change), so this figure can be compared across commits while other jobs run; the
@@ -290,6 +298,9 @@ class Result:
     p50_ms: float
     p99_ms: float
     load: str
+    wakeups: int = 0
+    """The child's main thread's voluntary context switches over the paced part: its event loop's waits for events
+    that blocked (a wait that finds events already there, as on a busy machine, is not counted)."""
 
     @property
     def vcpu_per_1000(self) -> float:
@@ -298,22 +309,28 @@ class Result:
     def row(self) -> str:
         return (
             f"| {self.protocol} | {self.requests} | {self.requests / self.seconds:,.0f} | {self.vcpu_per_1000:.3f} "
-            f"| {1e6 * self.cpu / max(self.requests, 1):.0f} | {self.rss_mib:.1f} | {self.peak_mib:.1f} "
+            f"| {1e6 * self.cpu / max(self.requests, 1):.0f} | {self.wakeups / max(self.requests, 1):.2f} "
+            f"| {self.rss_mib:.1f} | {self.peak_mib:.1f} "
             f"| {self.p50_ms:.2f} | {self.p99_ms:.2f} | {self.load} |"
         )
 
 
 HEADER = (
-    "| protocol | requests | req/s | vCPU per 1,000 req/s | CPU µs/request | RSS MiB | peak RSS MiB | p50 ms | p99 ms "
-    "| load average |\n|---|---|---|---|---|---|---|---|---|---|"
+    "| protocol | requests | req/s | vCPU per 1,000 req/s | CPU µs/request | wake-ups/request | RSS MiB | peak RSS MiB "
+    "| p50 ms | p99 ms | load average |\n|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
-def memory_mib(pid: int, field: str) -> float:
+def status_field(pid: int, field: str) -> int:
+    """A number of ``/proc/<pid>/status`` (the main thread's, for per-thread fields)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
-    return 0.0
+            return int(line.split()[1])
+    return 0
+
+
+def memory_mib(pid: int, field: str) -> float:
+    return status_field(pid, field) / 1024
 
 
 async def drive(client: HboneClient, protocol: str, args: argparse.Namespace, pid: int) -> Result:
@@ -342,9 +359,10 @@ async def drive(client: HboneClient, protocol: str, args: argparse.Namespace, pi
             latencies.append(loop.time() - sent)
             due += interval
 
-    cpu_before = cpu_seconds([pid])
+    cpu_before, switches_before = cpu_seconds([pid]), status_field(pid, "voluntary_ctxt_switches")
     await asyncio.gather(*(paced(i, t) for i, t in enumerate(tunnels)))
     cpu = cpu_seconds([pid]) - cpu_before
+    wakeups = status_field(pid, "voluntary_ctxt_switches") - switches_before
     seconds = loop.time() - began
     latencies.sort()
     for tunnel in tunnels:
@@ -360,6 +378,7 @@ async def drive(client: HboneClient, protocol: str, args: argparse.Namespace, pi
         p50_ms=1000 * latencies[len(latencies) // 2] if latencies else 0.0,
         p99_ms=1000 * latencies[int(len(latencies) * 0.99)] if latencies else 0.0,
         load=" ".join(f"{x:.2f}" for x in os.getloadavg()),
+        wakeups=wakeups,
     )
 
 

@@ -7,8 +7,9 @@ Theory of operation. ``receive_data`` walks the frames in the bytes it is given 
 Why not h2: HBONE needs one request shape (CONNECT), DATA both ways, flow control and resets, and h2's general
 state machines cost more than that needs. ``bench/hbone_micro.py`` (in-memory pairs, no TLS): a 1-byte round trip
 takes 21 µs of Python through h2 4.4 and 6 µs through this engine; an idle tunnel holds about 1,000 bytes of heap in
-h2 and 330 here. HPACK is still the ``hpack`` package (h2's own codec); h2 itself remains the independent peer of
-the interoperability tests.
+h2 and 330 here. HPACK's state is the ``hpack`` package's (h2's own codec: its encoder's and decoder's tables), the
+blocks are coded against it by :mod:`ambit.hbone.hpack_blocks` and :mod:`ambit.hbone.hpack_literals`; h2 itself
+remains the independent peer of the interoperability tests.
 
 DATA is the hot path and is never buffered whole: once a DATA frame's 9-octet header is read, its payload is
 handed on (``DataReceived``) in whatever pieces arrive, each piece counted against the windows as it comes, so a
@@ -98,7 +99,7 @@ from typing import ClassVar
 from hpack import Decoder, Encoder
 from hpack.exceptions import HPACKError
 
-from ambit.hbone import hpack_literals, wire
+from ambit.hbone import hpack_blocks, hpack_literals, wire
 from ambit.hbone.errors import HboneError, HboneProtocolError
 from ambit.hbone.events import (
     ConnectionDraining,
@@ -727,10 +728,10 @@ class HboneConnection:
 
     def _header_block(self, stream_id: int, block: bytes, end_stream: bool, events: list[Event]) -> None:
         try:
-            headers = self._decoder.decode(block, raw=True)
+            headers = hpack_blocks.decode(self._decoder, block)
         except (HPACKError, ValueError, IndexError, KeyError, UnicodeError) as e:
             raise HboneProtocolError(wire.COMPRESSION_ERROR, f"bad header block: {e!r}") from None
-        self._on_headers(stream_id, headers, end_stream, events)  # type: ignore[arg-type]
+        self._on_headers(stream_id, headers, end_stream, events)
 
     def _on_headers(self, stream_id: int, headers: RawHeaders, end_stream: bool, events: list[Event]) -> None:
         """The subclass's reading of a complete, decoded header block."""
@@ -811,7 +812,7 @@ class HboneConnection:
         if self._literal_headers and not self._encoder.header_table.resized:
             block = hpack_literals.encode(fields)
         else:
-            block = self._encoder.encode(fields, huffman=False)
+            block = hpack_blocks.encode(self._encoder, fields)
         self._out += wire.header_block(stream_id, block, end_stream=end_stream, max_frame=self._peer_max_frame)
 
     def _send_queued(self, stream_id: int, stream: _Stream) -> bool:

@@ -28,6 +28,7 @@ from ambit.waypoint.decisions import Router
 from ambit.waypoint.destinations import EndpointPicker, Target, WaypointSelf, pick_endpoint
 from ambit.waypoint.http2 import Http2Pool
 from ambit.waypoint.jwks import JwksManager
+from ambit.waypoint.request_ids import RequestIds
 from ambit.waypoint.routing import route
 from ambit.waypoint.settings import WaypointLimits
 from ambit.waypoint.telemetry import RequestLog, WaypointMetrics
@@ -64,6 +65,8 @@ class WaypointContext:
     clock: Callable[[], float] = time.monotonic
     random: Callable[[], float] = _random.random
     choose: Callable[[Sequence[Workload]], Workload] = _random.choice
+    request_id: Callable[[], str] = field(default_factory=lambda: RequestIds().next)
+    """The ``x-request-id`` of a request that arrives without one (:mod:`ambit.waypoint.request_ids`)."""
     pick: EndpointPicker = pick_endpoint
     """How a request's endpoint is chosen: :func:`~ambit.waypoint.destinations.pick_endpoint`; an ingress gateway
     sends Services marked ``istio.io/ingress-use-waypoint`` through their waypoint."""

@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import uuid
 from collections.abc import Callable
 
 from ambit.errors import AmbitError
@@ -136,7 +135,7 @@ async def _exchange(ctx: WaypointContext, tunnel: Tunnel, down: Downstream, star
     head = started.head
     request_id = head.header("x-request-id")
     if not request_id:
-        request_id = str(uuid.uuid4())
+        request_id = ctx.request_id()
         head = RequestHead(  # not dataclasses.replace: this runs for every request
             head.method, head.path, head.authority, (*head.headers, ("x-request-id", request_id)), head.scheme
         )

@@ -169,6 +169,8 @@ class Http2Session:
         self._lock = asyncio.Lock()
         self._writes = OperationBound()
         """Bounds each write by ``idle_timeout`` with one timer for many (the lock makes them one at a time)."""
+        self._idle = OperationBound()
+        """Bounds the reader's wait by ``idle_timeout`` while no stream is open, with one timer for many reads."""
         self._flusher: asyncio.Task[None] | None = None
         self._dirty = False
         self._eof_after_flush = False
@@ -252,8 +254,10 @@ class Http2Session:
             await self.flush()  # our preface and SETTINGS
             while not self.closed:
                 try:
-                    async with asyncio.timeout(self.idle_timeout if not self.channels else None):
+                    if self.channels:  # a stream open: its consumer's reads and writes are bounded (rule 5)
                         data = await self.stream.read()
+                    else:
+                        data = await self._idle.run(self.stream.read(), self.idle_timeout)
                 except TimeoutError:
                     self._end("idle")
                     break
@@ -271,6 +275,7 @@ class Http2Session:
             with contextlib.suppress(Exception):
                 await self.flush()  # our GOAWAY
             self._writes.close()
+            self._idle.close()
             if self.broken:
                 self.stream.abort()
             else:

@@ -40,7 +40,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import uuid
 from collections.abc import Callable, Iterable
 
 from ambit.errors import AmbitError
@@ -273,7 +272,7 @@ async def _serve_stream(
     headers = request.headers
     request_id = next((v for n, v in headers if n == "x-request-id"), "")
     if not request_id:
-        request_id = str(uuid.uuid4())
+        request_id = ctx.request_id()
         headers = (*headers, ("x-request-id", request_id))
     head = RequestHead(request.method, request.path, request.authority, headers, request.scheme)
     outcome = Outcome(request_id)
