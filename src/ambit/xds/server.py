@@ -85,6 +85,7 @@ from ambit.xds.convert import ADDRESS_TYPE_URL
 from ambit.xds.errors import XdsError
 from ambit.xds.frames import LARGEST_CLIENT_MESSAGE, Frame, FrameCache
 from ambit.xds.keepalive import DEFAULT_KEEPALIVE, KeepaliveSettings
+from ambit.xds.opening import Reconnect, parse_request
 from ambit.xds.send_budget import DEFAULT_SEND_BUDGET, SendBudget, SendBudgetSettings
 from ambit.xds.session import (
     AUTHORIZATION_TYPE_URL,
@@ -299,7 +300,7 @@ class XdsService:
     def add_to(self, server: Any) -> None:
         handler = grpc.stream_stream_rpc_method_handler(
             self._stream,
-            request_deserializer=dpb.DeltaDiscoveryRequest.FromString,
+            request_deserializer=parse_request,
             response_serializer=self._serialize,
         )
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, {METHOD: handler}),))
@@ -475,12 +476,13 @@ class XdsService:
             if request is grpc.aio.EOF:
                 return False
             observer, timer = self._observer, self._timer
+            fields = request.request if isinstance(request, Reconnect) else request  # all but the held versions
             if not version:
-                version.append(_node_version(request.node) if request.HasField("node") else "")
+                version.append(_node_version(fields.node) if fields.HasField("node") else "")
                 observer.client_connected(version[0])
-            if request.type_url == SYNCZ_TYPE_URL:
-                nonce = request.response_nonce
-                del request
+            if fields.type_url == SYNCZ_TYPE_URL:
+                nonce = fields.response_nonce
+                del request, fields
                 _give_back(slot)
                 slot = None
                 if not debug_allowed:
@@ -488,15 +490,15 @@ class XdsService:
                 await self._answer_syncz(nonce, context, caller, debug_allowed[0])
                 return True
             record = self.sync.open(stream_id, caller.name, caller.cluster_id, connected_at)
-            if request.HasField("node"):
-                record.describe(request.node.id, _node_version(request.node))
-            type_url, nonce = request.type_url, request.response_nonce
+            if fields.HasField("node"):
+                record.describe(fields.node.id, _node_version(fields.node))
+            type_url, nonce = fields.type_url, fields.response_nonce
             served = type_url in self._sources  # only served types get an entry: the record stays small
             async with lock:  # the session's answer and its write are one step (the pusher takes the same lock)
                 started = timer()
                 current = self._resources(type_url, visible)
                 output = session.receive(request, current)
-                del request
+                del request, fields
                 _give_back(slot)
                 slot = None
                 for delta in output.deltas:
