@@ -87,6 +87,7 @@ from ambit.xds.frames import LARGEST_CLIENT_MESSAGE, Frame, FrameCache
 from ambit.xds.keepalive import DEFAULT_KEEPALIVE, KeepaliveSettings
 from ambit.xds.opening import Reconnect, parse_request
 from ambit.xds.send_budget import DEFAULT_SEND_BUDGET, SendBudget, SendBudgetSettings
+from ambit.xds.server_trim import MALLOC_TRIM, TrimPolicy
 from ambit.xds.session import (
     AUTHORIZATION_TYPE_URL,
     EMPTY,
@@ -240,6 +241,10 @@ class XdsStats:
     """Streams refused by admission (overload)."""
     oversized: int = 0
     """Responses larger than a node proxy accepts (:data:`~ambit.xds.frames.LARGEST_CLIENT_MESSAGE`)."""
+    trims: int = 0
+    """Times the allocator's free memory was given back after a burst of openings (:mod:`ambit.xds.server_trim`)."""
+    trim_seconds: float = 0.0
+    """How long the last of those took (on a worker thread)."""
 
 
 class XdsService:
@@ -266,17 +271,25 @@ class XdsService:
         admission: Admission | None = None,
         draw: Callable[[], float] = random.random,
         openings: int = MAX_OPENINGS,
+        trim: TrimPolicy | None = None,
+        malloc_trim: Callable[[], int] | None = MALLOC_TRIM,
     ) -> None:
         """``clock`` stamps the sync status; ``timer`` (monotonic) measures what ``observer`` is told and times
         admission; ``frames`` holds the response bodies shared between streams (a bounded one of its own by
         default); ``send_budget`` limits the large responses written at once across streams; ``draw`` spreads
-        admission's retry hints; ``openings`` bounds the opening requests read at once (:data:`MAX_OPENINGS`)."""
+        admission's retry hints; ``openings`` bounds the opening requests read at once (:data:`MAX_OPENINGS`); after a
+        burst of them ``trim`` decides when ``malloc_trim`` (glibc's; None: never) gives free memory back
+        (:mod:`ambit.xds.server_trim`)."""
         self.frames = frames if frames is not None else FrameCache()
         self.send_budget = SendBudget(send_budget)
         self.admission = admission if admission is not None else Admission()
         self._draw = draw
         self._turned_away = 0
         self._openings = asyncio.Semaphore(openings)
+        self._in_opening = 0
+        """Streams waiting for an opening slot or holding one (:meth:`_read_loop`)."""
+        self._trim = trim if trim is not None else TrimPolicy()
+        self._malloc_trim = malloc_trim
         """Refused or unauthenticated streams whose first request is being let land (:func:`_first_request`)."""
         self._sources: dict[str, ResourceSource] = {ADDRESS_TYPE_URL: source}
         if authorizations is not None:
@@ -440,12 +453,44 @@ class XdsService:
         version: list[str],
     ) -> None:
         debug_allowed: list[bool] = []
-        await self._openings.acquire()  # the opening request is not even read before a slot is free
+        self._in_opening += 1
+        try:
+            await self._openings.acquire()  # the opening request is not even read before a slot is free
+        except BaseException:
+            self._opening_over(None)
+            raise
         slot: asyncio.Semaphore | None = self._openings  # _read_one owns it from its first line, and gives it back
         while await self._read_one(
             session, context, lock, caller, visible, stream_id, connected_at, version, debug_allowed, slot
         ):
             slot = None
+
+    def _opening_over(self, slot: asyncio.Semaphore | None) -> None:
+        """A stream's opening was decided (its ``slot`` given back) or it stopped waiting for a slot; after the last
+        one of a burst, the allocator's free memory is given back on a worker thread (:mod:`ambit.xds.server_trim`)."""
+        if slot is not None:
+            slot.release()
+        self._in_opening -= 1
+        if self._in_opening or self._malloc_trim is None or not self._trim.idle():
+            return
+        trim, timer = self._malloc_trim, self._timer
+
+        def timed() -> float:
+            started = timer()
+            trim()
+            return timer() - started
+
+        done = asyncio.get_running_loop().run_in_executor(None, timed)
+        done.add_done_callback(self._trimmed)
+
+    def _trimmed(self, done: asyncio.Future[float]) -> None:
+        self._trim.trimmed()
+        if done.cancelled() or done.exception() is not None:
+            log.warning("xds: giving free memory back failed: %r", None if done.cancelled() else done.exception())
+            return
+        self.stats.trims += 1
+        self.stats.trim_seconds = done.result()
+        log.debug("xds: gave free memory back after a burst of openings in %.3f s", self.stats.trim_seconds)
 
     async def _read_one(
         self,
@@ -475,6 +520,8 @@ class XdsService:
                     await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "xds: the opening request took too long")
             if request is grpc.aio.EOF:
                 return False
+            if slot is not None and isinstance(request, Reconnect):
+                self._trim.read(len(request.versions.data))
             observer, timer = self._observer, self._timer
             fields = request.request if isinstance(request, Reconnect) else request  # all but the held versions
             if not version:
@@ -483,7 +530,7 @@ class XdsService:
             if fields.type_url == SYNCZ_TYPE_URL:
                 nonce = fields.response_nonce
                 del request, fields
-                _give_back(slot)
+                self._give_back(slot)
                 slot = None
                 if not debug_allowed:
                     debug_allowed.append(await self._may_debug(caller))
@@ -499,7 +546,7 @@ class XdsService:
                 current = self._resources(type_url, visible)
                 output = session.receive(request, current)
                 del request, fields
-                _give_back(slot)
+                self._give_back(slot)
                 slot = None
                 for delta in output.deltas:
                     if served:
@@ -509,7 +556,7 @@ class XdsService:
                     else:  # a type URL the client made up never becomes a cache key (a client could grow it)
                         await self._write(context, delta.message())
         finally:
-            _give_back(slot)
+            self._give_back(slot)
         if served:
             record.opened(type_url)
         if output.kind is RequestKind.ACK:
@@ -525,6 +572,10 @@ class XdsService:
         elif output.kind is RequestKind.STALE and served:
             observer.nonce_expired(type_url)
         return True
+
+    def _give_back(self, slot: asyncio.Semaphore | None) -> None:
+        if slot is not None:
+            self._opening_over(slot)
 
     async def _may_debug(self, caller: Caller) -> bool:
         if self._debug_access is None:
@@ -615,11 +666,6 @@ async def _sent(context: Any, response: Frame | dpb.DeltaDiscoveryResponse) -> N
         await context.write(response)
     except Exception as exc:  # grpc's own types (ExecuteBatchError, UsageError...) are not all public
         raise StreamWriteError(f"{type(exc).__name__}: {exc}") from exc
-
-
-def _give_back(slot: asyncio.Semaphore | None) -> None:
-    if slot is not None:
-        slot.release()
 
 
 def _failed(task: asyncio.Task[None]) -> bool:
