@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import platform
+import time
 from typing import Any
 
 import grpc  # type: ignore[import-untyped]
@@ -178,7 +179,7 @@ async def test_free_memory_is_given_back_once_after_the_last_opening_of_a_burst(
         Source(),
         lambda metadata: server.Caller("node"),
         openings=2,
-        trim=TrimPolicy(after_bytes=2 * size),
+        trim=TrimPolicy(after_bytes=2 * size, quiet=0.02),
         malloc_trim=malloc_trim,
     )
     calls = [Call() for _ in range(4)]
@@ -190,6 +191,8 @@ async def test_free_memory_is_given_back_once_after_the_last_opening_of_a_burst(
             reading.requests.put_nowait(_wire_reconnect())  # type: ignore[arg-type]  # as the deserializer gives it
             await _settle()
             assert not _answer(reading).resources
+            if count == 1:
+                await asyncio.sleep(0.05)
             if count < 3:
                 assert not trims  # openings still waiting or reading: not yet
         for _ in range(100):
@@ -214,3 +217,34 @@ async def test_free_memory_is_given_back_once_after_the_last_opening_of_a_burst(
 def test_this_process_finds_glibcs_malloc_trim() -> None:
     trim = find_malloc_trim()
     assert trim is not None and trim() in (0, 1)
+
+
+async def test_openings_arriving_one_by_one_trim_once_they_have_stopped_for_the_quiet_time() -> None:
+    trims: list[float] = []
+    size = len(_wire_reconnect().versions.data)
+    service = server.XdsService(
+        Source(),
+        lambda metadata: server.Caller("node"),
+        trim=TrimPolicy(after_bytes=size, quiet=0.2),
+        malloc_trim=lambda: trims.append(time.monotonic()) or 1,
+    )
+    handlers = []
+    try:
+        for _ in range(3):  # each decided before the next arrives: none in flight between them, but not for long
+            call = Call()
+            handlers.append(asyncio.create_task(service._stream(None, call)))
+            await _settle()
+            call.requests.put_nowait(_wire_reconnect())  # type: ignore[arg-type]
+            await _settle()
+            assert not _answer(call).resources
+            await asyncio.sleep(0.1)
+            assert not trims
+        for _ in range(100):
+            if service.stats.trims:
+                break
+            await asyncio.sleep(0.01)
+        assert len(trims) == 1 and service.stats.trims == 1
+    finally:
+        for handler in handlers:
+            handler.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)

@@ -290,6 +290,7 @@ class XdsService:
         """Streams waiting for an opening slot or holding one (:meth:`_read_loop`)."""
         self._trim = trim if trim is not None else TrimPolicy()
         self._malloc_trim = malloc_trim
+        self._trim_timer: asyncio.TimerHandle | None = None
         """Refused or unauthenticated streams whose first request is being let land (:func:`_first_request`)."""
         self._sources: dict[str, ResourceSource] = {ADDRESS_TYPE_URL: source}
         if authorizations is not None:
@@ -454,6 +455,9 @@ class XdsService:
     ) -> None:
         debug_allowed: list[bool] = []
         self._in_opening += 1
+        if self._trim_timer is not None:  # an opening again: the quiet time starts over when it is decided
+            self._trim_timer.cancel()
+            self._trim_timer = None
         try:
             await self._openings.acquire()  # the opening request is not even read before a slot is free
         except BaseException:
@@ -466,11 +470,18 @@ class XdsService:
             slot = None
 
     def _opening_over(self, slot: asyncio.Semaphore | None) -> None:
-        """A stream's opening was decided (its ``slot`` given back) or it stopped waiting for a slot; after the last
-        one of a burst, the allocator's free memory is given back on a worker thread (:mod:`ambit.xds.server_trim`)."""
+        """A stream's opening was decided (its ``slot`` given back) or it stopped waiting for a slot; once none has
+        been in flight for a while after a burst, the allocator's free memory is given back on a worker thread
+        (:mod:`ambit.xds.server_trim`)."""
         if slot is not None:
             slot.release()
         self._in_opening -= 1
+        if not self._in_opening and self._malloc_trim is not None:
+            loop = asyncio.get_running_loop()
+            self._trim_timer = loop.call_later(self._trim.quiet, self._quiet)
+
+    def _quiet(self) -> None:
+        self._trim_timer = None
         if self._in_opening or self._malloc_trim is None or not self._trim.idle():
             return
         trim, timer = self._malloc_trim, self._timer

@@ -11,9 +11,11 @@ so a thread allocating from that arena waits), so it runs on a worker thread, on
 Rules:
 
 1. Each opening request read counts its size (:meth:`TrimPolicy.read`).
-2. When no opening is in flight any more (none reading, none waiting for a slot; the shell calls
-   :meth:`TrimPolicy.idle`), a trim is due if at least :attr:`TrimPolicy.after_bytes` were read since the last
-   trim began; the count then starts again from zero.
+2. When no opening has been in flight (none reading, none waiting for a slot) for :attr:`TrimPolicy.quiet`
+   seconds (the shell then calls :meth:`TrimPolicy.idle`), a trim is due if at least
+   :attr:`TrimPolicy.after_bytes` were read since the last trim began; the count then starts again from zero. The
+   quiet time keeps a burst whose openings arrive one by one (admission lets them in at its rate, and each is
+   decided in milliseconds) from trimming between each two of them.
 3. At most one trim runs at a time: while one runs, none is due (:meth:`TrimPolicy.trimmed` ends it), and what is
    read meanwhile counts towards the next.
 4. Where the C library has no ``malloc_trim`` (not glibc), :func:`find_malloc_trim` finds none and nothing is
@@ -38,6 +40,8 @@ class TrimPolicy:
     """Rules 1-3: the bytes read since the last trim, and whether a trim runs."""
 
     after_bytes: int = TRIM_AFTER_BYTES
+    quiet: float = 1.0
+    """Seconds without an opening in flight before a trim (rule 2)."""
     pending: int = 0
     """Opening bytes read since the last trim began."""
     running: bool = False
@@ -47,7 +51,8 @@ class TrimPolicy:
         self.pending += size
 
     def idle(self) -> bool:
-        """No opening is in flight: whether to trim now (rule 2). True starts a trim (rule 3)."""
+        """No opening has been in flight for :attr:`quiet` seconds: whether to trim now (rule 2). True starts a
+        trim (rule 3)."""
         if self.running or self.pending < self.after_bytes:
             return False
         self.pending, self.running = 0, True
