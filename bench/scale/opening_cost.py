@@ -3,7 +3,8 @@ stage, in one process (issue 22): a wildcard node proxy naming every resource of
 server's versions (~6.7 MB at 110,000). Prints the median microseconds of each stage over ``--rounds``: parsing the
 request as the declared map and comparing it (the message path), parsing it with its held versions left encoded
 and comparing their digest (the server's path), and the session's whole answer on each path. gRPC's own receive
-(TLS, HTTP/2, the message's bytes) is not in here: it is measured through a real server by ``--grpc``."""
+(TLS, HTTP/2, the message's bytes) is not in here: ``python -m bench.scale.opening_grpc`` measures it, and the same
+stages, in a server process."""
 
 from __future__ import annotations
 
