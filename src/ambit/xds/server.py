@@ -10,7 +10,11 @@ before any resource is sent). A node proxy reconnecting after a restart opens wi
 if each stream's opening were read as soon as it arrived: an admitted stream reads its opening request only with
 one of :data:`MAX_OPENINGS` slots, and gives the slot back as soon as the session has decided the request; until
 then its client's bytes wait at the client (HTTP/2 flow control, with the receive windows kept at their initial
-size: :data:`RECEIVE_WINDOW_OPTIONS`). Then two loops share one session:
+size: :data:`RECEIVE_WINDOW_OPTIONS`). Requests are parsed by :func:`~ambit.xds.opening.parse_request`: a
+reconnect's held versions stay encoded entries, which the session compares with the set by their digest (session
+rule 12) without building a map of them. Once no opening has been in flight for a quiet second after a burst of
+them, glibc's ``malloc_trim`` gives the allocator's free memory back, on a worker thread
+(:mod:`ambit.xds.server_trim`). Then two loops share one session:
 
 - the reader feeds each request to the session and writes the response it returns;
 - the pusher sleeps until a :class:`~ambit.xds.table.ResourceSource` (one per type: Addresses, and Authorizations
