@@ -14,7 +14,9 @@ refused, for ``--seconds`` (``--authenticated``: with a valid token, as a compro
 client must still get its answer.
 
 Prints one table (and ``--json``): the server's RSS before the clients, its peak, the peak's growth per client,
-the time from the start to every client in sync, the connects, and the load average.
+the time from the start to every client in sync, the connects, and the load average; then the server's RSS when
+told to stop, ``--settle`` seconds later (``rss_held_mib``: after its own trim, where it has one), and after a
+garbage collection and ``malloc_trim`` of the harness's own (``rss_trimmed_mib``: what is live).
 """
 
 from __future__ import annotations
@@ -114,10 +116,15 @@ async def _serve(args: argparse.Namespace) -> None:
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     await reader.readline()  # the harness closes stdin (or writes a line) when done
     stats = server.service.stats
+    settled = _rss(os.getpid(), "VmRSS")
+    await asyncio.sleep(args.settle)  # the server's own trim after a burst (where it has one) comes after a quiet time
     held = _rss(os.getpid(), "VmRSS")
     gc.collect()
     ctypes.CDLL(None).malloc_trim(0)  # what is left is live, not the allocator's free lists
     counts = {"refused": stats.refused, "unauthenticated": stats.unauthenticated, "streams": stats.streams}
+    counts["trims"] = getattr(stats, "trims", None)  # the server's own (a base without it: None)
+    counts["trim_seconds"] = getattr(stats, "trim_seconds", None)
+    counts["rss_at_stop_mib"] = settled / 2**20
     print(json.dumps({**counts, "rss_held_mib": held / 2**20, "rss_trimmed_mib": _rss(os.getpid(), "VmRSS") / 2**20}))
     await server.aclose(grace=0)
 
@@ -248,6 +255,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         (Path(tmp) / "key.pem").write_bytes(cert.key_pem)
         options = [f"--grpc-option={o}" for o in args.grpc_option]
         serve = ["--serve", "--dir", tmp, "--resources", str(args.resources), "--rate", str(args.rate), *options]
+        serve += ["--settle", str(args.settle)]
         server = await _child(serve, env)
         port = (await _line(server, 300))["port"]
         client_env = dict(os.environ)
@@ -331,6 +339,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--authenticated", action="store_true", help="the attacker holds a valid token (a node's)")
     parser.add_argument("--server-path", default="", help="PYTHONPATH entry for the server (another checkout)")
     parser.add_argument("--grpc-option", action="append", default=[], metavar="KEY=INT", help="a server option")
+    parser.add_argument("--settle", type=float, default=2.0, help="seconds after the clients before RSS is held")
     parser.add_argument("--json", type=Path, help="append the result as one JSON line")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--clients-worker", action="store_true", help=argparse.SUPPRESS)

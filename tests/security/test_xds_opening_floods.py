@@ -37,6 +37,7 @@ def _flood(*, authenticated: bool) -> dict[str, Any]:
         attack_bytes=4 * 1024 * 1024,
         server_path="",
         grpc_option=[],
+        settle=0.0,
     )
     return asyncio.run(measure(args))
 

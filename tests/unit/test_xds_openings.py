@@ -6,6 +6,8 @@ long to send it is ended. Driven through the service's own stream handler with i
 from __future__ import annotations
 
 import asyncio
+import platform
+import time
 from typing import Any
 
 import grpc  # type: ignore[import-untyped]
@@ -15,6 +17,8 @@ from google.protobuf import any_pb2
 from ambit.api import discovery_pb2 as dpb
 from ambit.xds import server
 from ambit.xds.convert import ADDRESS_TYPE_URL
+from ambit.xds.opening import Reconnect, parse_request
+from ambit.xds.server_trim import TrimPolicy, find_malloc_trim
 from ambit.xds.session import ResourceSet, XdsResource
 
 NAMES = [f"Kubernetes//Pod/ns/pod-{i:03d}" for i in range(50)]
@@ -141,3 +145,106 @@ async def test_a_stream_that_holds_a_slot_without_sending_its_opening_is_ended(m
     finally:
         second.cancel()
         await asyncio.gather(second, return_exceptions=True)
+
+
+def _wire_reconnect() -> Reconnect:
+    parsed = parse_request(_reconnect().SerializeToString())
+    assert isinstance(parsed, Reconnect)
+    return parsed
+
+
+def test_a_trim_is_due_once_per_burst_of_opening_bytes_and_never_while_one_runs() -> None:
+    policy = TrimPolicy(after_bytes=100)
+    policy.read(60)
+    assert not policy.idle()  # below the threshold: the bytes keep counting
+    policy.read(60)
+    assert policy.idle() and policy.running and policy.pending == 0
+    policy.read(500)
+    assert not policy.idle()  # one at a time
+    policy.trimmed()
+    assert policy.idle()  # what was read meanwhile counts towards the next
+    policy.trimmed()
+    assert not policy.idle()
+
+
+async def test_free_memory_is_given_back_once_after_the_last_opening_of_a_burst() -> None:
+    trims: list[int] = []
+    size = len(_wire_reconnect().versions.data)
+
+    def malloc_trim() -> int:
+        trims.append(1)
+        return 1
+
+    service = server.XdsService(
+        Source(),
+        lambda metadata: server.Caller("node"),
+        openings=2,
+        trim=TrimPolicy(after_bytes=2 * size, quiet=0.02),
+        malloc_trim=malloc_trim,
+    )
+    calls = [Call() for _ in range(4)]
+    handlers = [asyncio.create_task(service._stream(None, call)) for call in calls]
+    try:
+        await _settle()
+        for count in range(4):
+            reading = next(call for call in calls if call.reading and not call.written)
+            reading.requests.put_nowait(_wire_reconnect())  # type: ignore[arg-type]  # as the deserializer gives it
+            await _settle()
+            assert not _answer(reading).resources
+            if count == 1:
+                await asyncio.sleep(0.05)
+            if count < 3:
+                assert not trims  # openings still waiting or reading: not yet
+        for _ in range(100):
+            if service.stats.trims:
+                break
+            await asyncio.sleep(0.01)
+        assert trims == [1] and service.stats.trims == 1  # once for the burst, on a worker thread
+        late = Call()
+        handlers.append(asyncio.create_task(service._stream(None, late)))
+        await _settle()
+        late.requests.put_nowait(_wire_reconnect())  # type: ignore[arg-type]
+        await _settle()
+        await asyncio.sleep(0.05)
+        assert trims == [1]  # one more opening is not a burst
+    finally:
+        for handler in handlers:
+            handler.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc_trim is glibc's")
+def test_this_process_finds_glibcs_malloc_trim() -> None:
+    trim = find_malloc_trim()
+    assert trim is not None and trim() in (0, 1)
+
+
+async def test_openings_arriving_one_by_one_trim_once_they_have_stopped_for_the_quiet_time() -> None:
+    trims: list[float] = []
+    size = len(_wire_reconnect().versions.data)
+    service = server.XdsService(
+        Source(),
+        lambda metadata: server.Caller("node"),
+        trim=TrimPolicy(after_bytes=size, quiet=0.2),
+        malloc_trim=lambda: trims.append(time.monotonic()) or 1,
+    )
+    handlers = []
+    try:
+        for _ in range(3):  # each decided before the next arrives: none in flight between them, but not for long
+            call = Call()
+            handlers.append(asyncio.create_task(service._stream(None, call)))
+            await _settle()
+            call.requests.put_nowait(_wire_reconnect())  # type: ignore[arg-type]
+            await _settle()
+            assert not _answer(call).resources
+            await asyncio.sleep(0.1)
+            assert not trims
+        for _ in range(100):
+            if service.stats.trims:
+                break
+            await asyncio.sleep(0.01)
+        assert len(trims) == 1 and service.stats.trims == 1
+    finally:
+        for handler in handlers:
+            handler.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)

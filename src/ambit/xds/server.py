@@ -10,7 +10,11 @@ before any resource is sent). A node proxy reconnecting after a restart opens wi
 if each stream's opening were read as soon as it arrived: an admitted stream reads its opening request only with
 one of :data:`MAX_OPENINGS` slots, and gives the slot back as soon as the session has decided the request; until
 then its client's bytes wait at the client (HTTP/2 flow control, with the receive windows kept at their initial
-size: :data:`RECEIVE_WINDOW_OPTIONS`). Then two loops share one session:
+size: :data:`RECEIVE_WINDOW_OPTIONS`). Requests are parsed by :func:`~ambit.xds.opening.parse_request`: a
+reconnect's held versions stay encoded entries, which the session compares with the set by their digest (session
+rule 12) without building a map of them. Once no opening has been in flight for a quiet second after a burst of
+them, glibc's ``malloc_trim`` gives the allocator's free memory back, on a worker thread
+(:mod:`ambit.xds.server_trim`). Then two loops share one session:
 
 - the reader feeds each request to the session and writes the response it returns;
 - the pusher sleeps until a :class:`~ambit.xds.table.ResourceSource` (one per type: Addresses, and Authorizations
@@ -85,7 +89,9 @@ from ambit.xds.convert import ADDRESS_TYPE_URL
 from ambit.xds.errors import XdsError
 from ambit.xds.frames import LARGEST_CLIENT_MESSAGE, Frame, FrameCache
 from ambit.xds.keepalive import DEFAULT_KEEPALIVE, KeepaliveSettings
+from ambit.xds.opening import Reconnect, parse_request
 from ambit.xds.send_budget import DEFAULT_SEND_BUDGET, SendBudget, SendBudgetSettings
+from ambit.xds.server_trim import MALLOC_TRIM, TrimPolicy
 from ambit.xds.session import (
     AUTHORIZATION_TYPE_URL,
     EMPTY,
@@ -239,6 +245,10 @@ class XdsStats:
     """Streams refused by admission (overload)."""
     oversized: int = 0
     """Responses larger than a node proxy accepts (:data:`~ambit.xds.frames.LARGEST_CLIENT_MESSAGE`)."""
+    trims: int = 0
+    """Times the allocator's free memory was given back after a burst of openings (:mod:`ambit.xds.server_trim`)."""
+    trim_seconds: float = 0.0
+    """How long the last of those took (on a worker thread)."""
 
 
 class XdsService:
@@ -265,17 +275,26 @@ class XdsService:
         admission: Admission | None = None,
         draw: Callable[[], float] = random.random,
         openings: int = MAX_OPENINGS,
+        trim: TrimPolicy | None = None,
+        malloc_trim: Callable[[], int] | None = MALLOC_TRIM,
     ) -> None:
         """``clock`` stamps the sync status; ``timer`` (monotonic) measures what ``observer`` is told and times
         admission; ``frames`` holds the response bodies shared between streams (a bounded one of its own by
         default); ``send_budget`` limits the large responses written at once across streams; ``draw`` spreads
-        admission's retry hints; ``openings`` bounds the opening requests read at once (:data:`MAX_OPENINGS`)."""
+        admission's retry hints; ``openings`` bounds the opening requests read at once (:data:`MAX_OPENINGS`); after a
+        burst of them ``trim`` decides when ``malloc_trim`` (glibc's; None: never) gives free memory back
+        (:mod:`ambit.xds.server_trim`)."""
         self.frames = frames if frames is not None else FrameCache()
         self.send_budget = SendBudget(send_budget)
         self.admission = admission if admission is not None else Admission()
         self._draw = draw
         self._turned_away = 0
         self._openings = asyncio.Semaphore(openings)
+        self._in_opening = 0
+        """Streams waiting for an opening slot or holding one (:meth:`_read_loop`)."""
+        self._trim = trim if trim is not None else TrimPolicy()
+        self._malloc_trim = malloc_trim
+        self._trim_timer: asyncio.TimerHandle | None = None
         """Refused or unauthenticated streams whose first request is being let land (:func:`_first_request`)."""
         self._sources: dict[str, ResourceSource] = {ADDRESS_TYPE_URL: source}
         if authorizations is not None:
@@ -299,7 +318,7 @@ class XdsService:
     def add_to(self, server: Any) -> None:
         handler = grpc.stream_stream_rpc_method_handler(
             self._stream,
-            request_deserializer=dpb.DeltaDiscoveryRequest.FromString,
+            request_deserializer=parse_request,
             response_serializer=self._serialize,
         )
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, {METHOD: handler}),))
@@ -439,12 +458,54 @@ class XdsService:
         version: list[str],
     ) -> None:
         debug_allowed: list[bool] = []
-        await self._openings.acquire()  # the opening request is not even read before a slot is free
+        self._in_opening += 1
+        if self._trim_timer is not None:  # an opening again: the quiet time starts over when it is decided
+            self._trim_timer.cancel()
+            self._trim_timer = None
+        try:
+            await self._openings.acquire()  # the opening request is not even read before a slot is free
+        except BaseException:
+            self._opening_over(None)
+            raise
         slot: asyncio.Semaphore | None = self._openings  # _read_one owns it from its first line, and gives it back
         while await self._read_one(
             session, context, lock, caller, visible, stream_id, connected_at, version, debug_allowed, slot
         ):
             slot = None
+
+    def _opening_over(self, slot: asyncio.Semaphore | None) -> None:
+        """A stream's opening was decided (its ``slot`` given back) or it stopped waiting for a slot; once none has
+        been in flight for a while after a burst, the allocator's free memory is given back on a worker thread
+        (:mod:`ambit.xds.server_trim`)."""
+        if slot is not None:
+            slot.release()
+        self._in_opening -= 1
+        if not self._in_opening and self._malloc_trim is not None:
+            loop = asyncio.get_running_loop()
+            self._trim_timer = loop.call_later(self._trim.quiet, self._quiet)
+
+    def _quiet(self) -> None:
+        self._trim_timer = None
+        if self._in_opening or self._malloc_trim is None or not self._trim.idle():
+            return
+        trim, timer = self._malloc_trim, self._timer
+
+        def timed() -> float:
+            started = timer()
+            trim()
+            return timer() - started
+
+        done = asyncio.get_running_loop().run_in_executor(None, timed)
+        done.add_done_callback(self._trimmed)
+
+    def _trimmed(self, done: asyncio.Future[float]) -> None:
+        self._trim.trimmed()
+        if done.cancelled() or done.exception() is not None:
+            log.warning("xds: giving free memory back failed: %r", None if done.cancelled() else done.exception())
+            return
+        self.stats.trims += 1
+        self.stats.trim_seconds = done.result()
+        log.debug("xds: gave free memory back after a burst of openings in %.3f s", self.stats.trim_seconds)
 
     async def _read_one(
         self,
@@ -474,30 +535,33 @@ class XdsService:
                     await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "xds: the opening request took too long")
             if request is grpc.aio.EOF:
                 return False
+            if slot is not None and isinstance(request, Reconnect):
+                self._trim.read(len(request.versions.data))
             observer, timer = self._observer, self._timer
+            fields = request.request if isinstance(request, Reconnect) else request  # all but the held versions
             if not version:
-                version.append(_node_version(request.node) if request.HasField("node") else "")
+                version.append(_node_version(fields.node) if fields.HasField("node") else "")
                 observer.client_connected(version[0])
-            if request.type_url == SYNCZ_TYPE_URL:
-                nonce = request.response_nonce
-                del request
-                _give_back(slot)
+            if fields.type_url == SYNCZ_TYPE_URL:
+                nonce = fields.response_nonce
+                del request, fields
+                self._give_back(slot)
                 slot = None
                 if not debug_allowed:
                     debug_allowed.append(await self._may_debug(caller))
                 await self._answer_syncz(nonce, context, caller, debug_allowed[0])
                 return True
             record = self.sync.open(stream_id, caller.name, caller.cluster_id, connected_at)
-            if request.HasField("node"):
-                record.describe(request.node.id, _node_version(request.node))
-            type_url, nonce = request.type_url, request.response_nonce
+            if fields.HasField("node"):
+                record.describe(fields.node.id, _node_version(fields.node))
+            type_url, nonce = fields.type_url, fields.response_nonce
             served = type_url in self._sources  # only served types get an entry: the record stays small
             async with lock:  # the session's answer and its write are one step (the pusher takes the same lock)
                 started = timer()
                 current = self._resources(type_url, visible)
                 output = session.receive(request, current)
-                del request
-                _give_back(slot)
+                del request, fields
+                self._give_back(slot)
                 slot = None
                 for delta in output.deltas:
                     if served:
@@ -507,7 +571,7 @@ class XdsService:
                     else:  # a type URL the client made up never becomes a cache key (a client could grow it)
                         await self._write(context, delta.message())
         finally:
-            _give_back(slot)
+            self._give_back(slot)
         if served:
             record.opened(type_url)
         if output.kind is RequestKind.ACK:
@@ -523,6 +587,10 @@ class XdsService:
         elif output.kind is RequestKind.STALE and served:
             observer.nonce_expired(type_url)
         return True
+
+    def _give_back(self, slot: asyncio.Semaphore | None) -> None:
+        if slot is not None:
+            self._opening_over(slot)
 
     async def _may_debug(self, caller: Caller) -> bool:
         if self._debug_access is None:
@@ -613,11 +681,6 @@ async def _sent(context: Any, response: Frame | dpb.DeltaDiscoveryResponse) -> N
         await context.write(response)
     except Exception as exc:  # grpc's own types (ExecuteBatchError, UsageError...) are not all public
         raise StreamWriteError(f"{type(exc).__name__}: {exc}") from exc
-
-
-def _give_back(slot: asyncio.Semaphore | None) -> None:
-    if slot is not None:
-        slot.release()
 
 
 def _failed(task: asyncio.Task[None]) -> bool:

@@ -46,14 +46,16 @@ Rules:
     :class:`~ambit.xds.snapshot_map.SnapshotMap` buckets the changes copied).
 12. A wildcard client opening with ``initial_resource_versions`` (a reconnect, e.g. after a control-plane restart)
     is compared with the set as a whole: when it names exactly the set's versions (the usual restart: nothing
-    changed meanwhile), protobuf's own message equality against one request made per set
-    (:meth:`ResourceSet.versions_request`) says so without a Python step per name (~30 ms for 110,000 names
-    against ~150 ms through a dict); otherwise it is held on the set as its differences from it
-    (:meth:`HeldVersions.against`: one walk of the names it sent, keeping the set's own strings), and the answer
-    carries those differences only. Either way no client keeps a dict of every name it sent, and what it holds
-    afterwards is the set itself. The request made per set costs ~100 ms at 110,000 resources,
-    once per set a reconnect of the same size meets: a restart during churn, where sets follow each other and the
-    clients hold an older one, pays it per set for nothing (and then the walk).
+    changed meanwhile) it holds the set. A request read by the server's shell comes as a
+    :class:`~ambit.xds.opening.Reconnect`, its held versions still encoded: they are compared with the set by
+    their order-free digest against the set's own (:meth:`ResourceSet.holds_entries`, :mod:`ambit.xds.opening`),
+    one hash per entry and no parse of the map; a request given as a message is compared whole with one request
+    made per set (:meth:`ResourceSet.holds_exactly`, protobuf's message equality, in C). Otherwise it is held on
+    the set as its differences from it (:meth:`HeldVersions.against`: one walk of the names it sent, keeping the
+    set's own strings), and the answer carries those differences only. Either way no client keeps a dict of every
+    name it sent, and what it holds afterwards is the set itself. The set's request and digest are made once per
+    set a reconnect of the same size meets: a restart during churn, where sets follow each other and the clients
+    hold an older one, pays them per set for nothing (and then the walk).
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ from typing import TypeVar
 from google.protobuf import any_pb2
 
 from ambit.api import discovery_pb2 as dpb
+from ambit.xds.opening import Reconnect, WireVersions, encoded_entries, versions_digest
 from ambit.xds.snapshot_map import MapEdit, SnapshotMap
 
 __all__ = [
@@ -137,6 +140,7 @@ class ResourceSet:
     _everything: list[_Everything] = field(default_factory=list, compare=False, repr=False)
     """:meth:`everything`, made at its first call (the set never changes, so neither does it)."""
     _versions_request: list[dpb.DeltaDiscoveryRequest] = field(default_factory=list, compare=False, repr=False)
+    _versions_digest: list[tuple[int, int]] = field(default_factory=list, compare=False, repr=False)
     _since: list[tuple[ResourceSet, frozenset[str]]] = field(default_factory=list, compare=False, repr=False)
     """:meth:`changed_since`'s latest answers, newest last."""
 
@@ -147,6 +151,17 @@ class ResourceSet:
             request = dpb.DeltaDiscoveryRequest(initial_resource_versions=self.everything().versions)
             self._versions_request.append(request)
         return self._versions_request[0]
+
+    def versions_digest(self) -> tuple[int, int]:
+        """The digest of :meth:`versions_request`'s entries as protobuf encodes them (:mod:`ambit.xds.opening`,
+        rules 2 and 3), made at its first call."""
+        if not self._versions_digest:
+            self._versions_digest.append(versions_digest(encoded_entries(self.versions_request())))
+        return self._versions_digest[0]
+
+    def holds_entries(self, versions: WireVersions) -> bool:
+        """Whether encoded held versions are exactly this set's (rule 12), by their digest: no name is parsed."""
+        return len(versions) == len(self.by_name) and versions.digest() == self.versions_digest()
 
     def holds_exactly(self, request: dpb.DeltaDiscoveryRequest) -> bool:
         """Whether ``request``'s ``initial_resource_versions`` are exactly this set's (rule 12). The request is
@@ -483,8 +498,13 @@ class ServerSession:
         state = self._types.get(type_url)
         return tuple(state.in_flight) if state else ()
 
-    def receive(self, request: dpb.DeltaDiscoveryRequest, current: ResourceSet) -> SessionOutput:
-        """Handle one request of ``request.type_url``; ``current`` is that type's resources now."""
+    def receive(self, request: dpb.DeltaDiscoveryRequest | Reconnect, current: ResourceSet) -> SessionOutput:
+        """Handle one request of ``request.type_url``; ``current`` is that type's resources now. A
+        :class:`~ambit.xds.opening.Reconnect` is the same request with its held versions still encoded."""
+        wire: WireVersions | None = None
+        if isinstance(request, Reconnect):
+            wire = request.versions
+            request = request.request
         type_url = request.type_url
         state = self._types.get(type_url)
         opened = state is None
@@ -493,14 +513,17 @@ class ServerSession:
             if not request.resource_names_subscribe and not request.resource_names_unsubscribe:
                 state.wildcard = True
                 # rule 12: compared whole with the set's versions, then replaced by the set (rule 11)
-                initial = request.initial_resource_versions
-                if initial and current.holds_exactly(request):
+                if wire is not None and current.holds_entries(wire):
                     state.held.adopt(current)
-                elif initial:
-                    state.held = HeldVersions.against(current, initial)
-
+                elif wire is not None:
+                    state.held = HeldVersions.against(current, wire.parsed())
+                elif request.initial_resource_versions and current.holds_exactly(request):
+                    state.held.adopt(current)
+                elif request.initial_resource_versions:
+                    state.held = HeldVersions.against(current, request.initial_resource_versions)
             else:
-                state.held = HeldVersions(_shared(request.initial_resource_versions, current))
+                initial = wire.parsed() if wire is not None else request.initial_resource_versions
+                state.held = HeldVersions(_shared(initial, current))
         kind, error = RequestKind.OPENED if opened else RequestKind.SUBSCRIPTION, ""
         if request.response_nonce and not opened:
             carried = state.in_flight.pop(request.response_nonce, None)
