@@ -41,6 +41,7 @@ from ambit.proxy.hbone_client import HboneConnectError
 from ambit.tls import contexts
 from ambit.tls.certs import KeyPair
 from ambit.tls.issuance import sign_csr
+from ambit.tls.socket_transport import TlsTransportKind
 from ambit.tls.spiffe import make_csr
 from ambit.tls.workload import WorkloadCertificate
 
@@ -157,8 +158,9 @@ async def pki(tmp_path: Path) -> Pki:
 
 
 @pytest.fixture
-async def mesh(pki: Pki) -> AsyncIterator[Mesh]:
+async def mesh(pki: Pki, tls_transport: TlsTransportKind) -> AsyncIterator[Mesh]:
     mesh = Mesh(pki.ca, await pki.good(CLIENT), await pki.good(SERVER))
+    mesh.tls_transport = tls_transport
     await mesh.start()
     yield mesh
     await mesh.aclose()

@@ -191,7 +191,7 @@ def _configure(context: ssl.SSLContext, cert: WorkloadCertificate) -> None:
             raise CertificateError(f"cannot load the certificate of {cert.identity}: {exc}") from None
 
 
-def verified_chain(tls: ssl.SSLObject) -> list[bytes] | None:
+def verified_chain(tls: ssl.SSLObject | ssl.SSLSocket) -> list[bytes] | None:
     """The peer's chain as OpenSSL verified it (DER, leaf first, trust anchor last); None when this Python does not
     expose it (``SSLObject.get_verified_chain`` is public from 3.13, private ``_sslobj`` method since 3.10)."""
     getter = getattr(tls, "get_verified_chain", None)
