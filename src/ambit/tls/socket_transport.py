@@ -65,7 +65,10 @@ async def open_tls(
     loop = asyncio.get_running_loop()
     try:
         sock.setblocking(False)
-        tls = context.wrap_socket(sock, server_side=server_side, do_handshake_on_connect=False)
+        # A peer that closes without close_notify (mid-record, say) has failed, not ended: an error, never an EOF.
+        tls = context.wrap_socket(
+            sock, server_side=server_side, do_handshake_on_connect=False, suppress_ragged_eofs=False
+        )
     except BaseException:
         sock.close()
         raise
