@@ -9,9 +9,15 @@ with the protocol connected, as ``loop.create_connection(..., ssl=...)`` would.
 
 Invariants:
 
-- Reads go on until OpenSSL says ``WANT_READ``, at most ``READ_SIZE`` bytes per callback: what OpenSSL already holds
-  (a record it read ahead, plaintext ``pending()``) is never left waiting for a readiness that will not come; when
-  the bound cuts a read short, the next read is scheduled with ``call_soon`` rather than left to the poller.
+- OpenSSL reads ahead (:func:`ambit.tls.contexts.read_ahead`, ``READ_AHEAD_BUFFER``): one ``read`` system call
+  brings as many records as the socket holds, instead of two per record (its header, then its body). Where that
+  cannot be turned on, it reads each record by itself and holds nothing beyond the record being returned.
+- One read callback reads records until OpenSSL says ``WANT_READ``, or until a record shorter than a full one (the
+  end of the peer's write, most likely) when OpenSSL holds nothing more (``SSL_has_pending``; without read-ahead it
+  never does): so a request is read with no extra system call just to hear ``EAGAIN``, and bytes OpenSSL already
+  holds never wait for a readiness the poller will not report. At most ``READ_SIZE`` bytes go to the protocol per
+  callback (joined into one ``data_received``); when that bound cuts a read short, the next read is scheduled with
+  ``call_soon`` rather than left to the poller.
 - A read that needs to write (``WANT_WRITE``: a TLS 1.3 KeyUpdate answer) waits for the socket to be writable, and a
   write that needs to read (``WANT_READ``) waits for it to be readable, even while the protocol paused reading.
 - Writes are bookkept by :class:`~ambit.tls.write_backlog.WriteBacklog` (its rules: a refused chunk is retried
@@ -32,6 +38,7 @@ import ssl
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
+from ambit.tls.contexts import read_ahead
 from ambit.tls.write_backlog import WriteBacklog
 
 log = logging.getLogger(__name__)
@@ -42,6 +49,9 @@ TLS_TRANSPORTS: tuple[TlsTransportKind, ...] = ("loop", "socket")
 
 READ_SIZE = 256 * 1024
 """Plaintext bytes asked of OpenSSL per read, and the most one read callback hands the protocol."""
+READ_AHEAD_BUFFER = 64 * 1024
+"""OpenSSL's read buffer with its read-ahead on (:func:`ambit.tls.contexts.read_ahead`): up to this much ciphertext
+per ``read`` system call instead of two calls per record (header, then body); 0: read-ahead off."""
 _FULL_RECORD = 16384
 """The most plaintext one TLS record carries: a record this full is most likely followed by more of one write."""
 SHUTDOWN_TIMEOUT = 30.0
@@ -69,6 +79,7 @@ async def open_tls(
         tls = context.wrap_socket(
             sock, server_side=server_side, do_handshake_on_connect=False, suppress_ragged_eofs=False
         )
+        has_pending = read_ahead(tls, READ_AHEAD_BUFFER) if READ_AHEAD_BUFFER else None
     except BaseException:
         sock.close()
         raise
@@ -79,7 +90,7 @@ async def open_tls(
         tls.close()
         raise
     protocol = protocol_factory()
-    return TlsSocketTransport(loop, tls, protocol), protocol
+    return TlsSocketTransport(loop, tls, protocol, has_pending), protocol
 
 
 async def _handshake(loop: asyncio.AbstractEventLoop, tls: ssl.SSLSocket) -> None:
@@ -108,7 +119,13 @@ def _set_done(future: asyncio.Future[None]) -> None:
 class TlsSocketTransport(asyncio.Transport):
     """An asyncio stream transport doing TLS on its socket (see the module docstring)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, tls: ssl.SSLSocket, protocol: asyncio.Protocol) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        tls: ssl.SSLSocket,
+        protocol: asyncio.Protocol,
+        has_pending: Callable[[], int] | None = None,
+    ) -> None:
         extra: dict[str, Any] = {"socket": tls, "ssl_object": tls, "sslcontext": tls.context}
         try:
             extra["peername"], extra["sockname"] = tls.getpeername(), tls.getsockname()
@@ -121,6 +138,7 @@ class TlsSocketTransport(asyncio.Transport):
         self._tls = tls
         self._fd = tls.fileno()
         self._protocol = protocol
+        self._has_pending = has_pending  # with OpenSSL's read-ahead on: whether it holds bytes we have not read
         self._backlog = WriteBacklog()
         self._closing = False  # close() or abort() was called, or the connection failed
         self._lost = False  # the descriptor is closed; connection_lost is scheduled
@@ -238,7 +256,7 @@ class TlsSocketTransport(asyncio.Transport):
         if self._read_paused or self._eof or self._read_wants_write:
             self._update_reader()
             return
-        recv = self._tls.recv
+        recv, has_pending = self._tls.recv, self._has_pending
         first: bytes | None = None
         chunks: list[bytes] | None = None
         total = 0
@@ -268,8 +286,8 @@ class TlsSocketTransport(asyncio.Transport):
             else:
                 chunks.append(data)
             total += len(data)
-            if len(data) < _FULL_RECORD:  # the end of the peer's write, likely: no read just to hear EAGAIN
-                break
+            if len(data) < _FULL_RECORD and (has_pending is None or not has_pending()):
+                break  # the end of the peer's write, likely, and OpenSSL holds nothing: no read to hear EAGAIN
             if total >= READ_SIZE:
                 more = True
                 break
