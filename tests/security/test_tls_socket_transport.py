@@ -331,3 +331,25 @@ async def test_sixty_four_mebibytes_each_way_arrive_byte_for_byte_and_close_clea
     assert ends[0].digest.digest() == digests[1]
     assert ends[1].eof, "the server did not hear an orderly close"
     assert lost == [None, None]
+
+
+async def test_records_read_ahead_in_one_system_call_are_all_delivered_without_more_input(certs: Certs) -> None:
+    """Two short records (and a third cut in two) arrive in one segment: OpenSSL, reading ahead, takes them all in
+    one ``read``; the socket then has nothing to say, so whatever OpenSSL holds must be handed on without waiting
+    for it."""
+    loop = asyncio.get_running_loop()
+    client, server = await tcp_pair()
+    protocol = Sink()
+    serving = loop.create_task(served(certs, server, protocol))
+    try:
+        tls, outgoing = await hand_handshake(client, certs.client.client_context())
+        await serving
+        for message in (b"first", b"second", b"third"):
+            tls.write(message)
+        await loop.sock_sendall(client, outgoing.read())
+        async with asyncio.timeout(5):
+            await protocol.reached(len(b"firstsecondthird"))
+        assert bytes(protocol.received) == b"firstsecondthird"
+        assert not protocol.lost.done()
+    finally:
+        client.close()
