@@ -248,7 +248,7 @@ def run_stunnel(mode: str, seconds: float, directory: Path) -> dict[str, float]:
     return _figures(mode, json.loads(line), cpu, user)
 
 
-def count_calls(mode: str, seconds: float, top: int) -> None:
+def count_calls(mode: str, seconds: float, top: int, tls_transport: TlsTransportKind = "loop") -> None:
     """Run ``mode`` under cProfile and print the calls per round trip (``rr``) or per MB (bulk), Python functions and
     C functions apart, and the ``top`` most called: a figure that, unlike CPU time, a loaded machine does not move."""
     profile = cProfile.Profile()
@@ -256,7 +256,7 @@ def count_calls(mode: str, seconds: float, top: int) -> None:
     async def profiled(directory: Path) -> dict[str, float]:
         profile.enable()
         try:
-            return await run(mode, seconds, directory)
+            return await run(mode, seconds, directory, tls_transport)
         finally:
             profile.disable()
 
@@ -271,7 +271,8 @@ def count_calls(mode: str, seconds: float, top: int) -> None:
     counts = [(entry.callcount / events, _label(entry.code)) for entry in profile.getstats()]
     python = sum(n for n, label in counts if not label.startswith("~"))
     native = sum(n for n, label in counts if label.startswith("~"))
-    print(f"{mode}: {events:,.0f} {unit}s profiled; per {unit}: Python calls {python:.1f}, C calls {native:.1f}")
+    per = f"per {unit}: Python calls {python:.1f}, C calls {native:.1f}"
+    print(f"{mode} ({tls_transport}): {events:,.0f} {unit}s profiled; {per}")
     for n, label in sorted(counts, reverse=True)[:top]:
         print(f"  {n:8.2f}  {label}")
 
@@ -300,11 +301,12 @@ def main() -> None:
     parser.add_argument("--calls", type=int, metavar="TOP", help="count calls per event instead (see count_calls)")
     args = parser.parse_args()
     tune_allocator()  # as ``ambit nodeproxy`` does at start-up
+    transports: tuple[TlsTransportKind, ...] = TLS_TRANSPORTS if args.tls_transport == "both" else (args.tls_transport,)
     if args.calls is not None:
         for mode in args.modes.split(","):
-            count_calls(mode, args.seconds, args.calls)
+            for transport in transports:
+                count_calls(mode, args.seconds, args.calls, transport)
         return
-    transports: tuple[TlsTransportKind, ...] = TLS_TRANSPORTS if args.tls_transport == "both" else (args.tls_transport,)
     peers = [f"ambit/{t}" for t in transports] if args.peer != "stunnel" else []
     if args.peer in ("stunnel", "both"):
         peers.append("stunnel")

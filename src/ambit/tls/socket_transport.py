@@ -138,6 +138,10 @@ class TlsSocketTransport(asyncio.Transport):
         self._tls = tls
         self._fd = tls.fileno()
         self._protocol = protocol
+        # The C methods of the ``_ssl`` object itself: ``SSLSocket.recv`` and ``send`` only add Python frames (their
+        # one difference, ``suppress_ragged_eofs``, is off here).
+        self._read: Callable[[int], bytes] = tls._sslobj.read  # type: ignore[attr-defined]
+        self._write: Callable[[bytes | bytearray | memoryview], int] = tls._sslobj.write  # type: ignore[attr-defined]
         self._has_pending = has_pending  # with OpenSSL's read-ahead on: whether it holds bytes we have not read
         self._backlog = WriteBacklog()
         self._closing = False  # close() or abort() was called, or the connection failed
@@ -211,11 +215,11 @@ class TlsSocketTransport(asyncio.Transport):
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if self._closing or not data:
             return
-        if self._backlog:
+        if self._backlog.size:
             pause = self._backlog.append(bytes(data))
         else:
             try:
-                self._tls.send(data)  # all of it: without SSL_MODE_ENABLE_PARTIAL_WRITE, OpenSSL sends all or none
+                self._write(data)  # all of it: without SSL_MODE_ENABLE_PARTIAL_WRITE, OpenSSL sends all or none
                 return
             except ssl.SSLWantWriteError:
                 pass
@@ -243,20 +247,17 @@ class TlsSocketTransport(asyncio.Transport):
     # Readiness callbacks
 
     def _read_ready(self) -> None:
-        if self._lost:
+        if (
+            self._lost
+            or self._write_wants_read
+            or self._draining
+            or self._read_paused
+            or self._read_wants_write
+            or self._eof
+        ):
+            self._read_ready_otherwise()
             return
-        if self._write_wants_read:
-            self._write_wants_read = False
-            self._flush()
-            if self._lost:
-                return
-        if self._draining:
-            self._drain_input()
-            return
-        if self._read_paused or self._eof or self._read_wants_write:
-            self._update_reader()
-            return
-        recv, has_pending = self._tls.recv, self._has_pending
+        read, has_pending = self._read, self._has_pending
         first: bytes | None = None
         chunks: list[bytes] | None = None
         total = 0
@@ -264,7 +265,7 @@ class TlsSocketTransport(asyncio.Transport):
         error: OSError | None = None
         while True:
             try:
-                data = recv(READ_SIZE)
+                data = read(READ_SIZE)
             except ssl.SSLWantReadError:
                 break
             except ssl.SSLWantWriteError:
@@ -312,8 +313,25 @@ class TlsSocketTransport(asyncio.Transport):
         else:
             if more and not self._read_paused and not self._closing:
                 self._loop.call_soon(self._read_ready)
+            if self._read_wants_write:
+                self._update_reader()
+                self._update_writer()
+
+    def _read_ready_otherwise(self) -> None:
+        """The reader fired while a write waits for it, or the connection is closing, paused, or gone."""
+        if self._lost:
+            return
+        if self._write_wants_read:
+            self._write_wants_read = False
+            self._flush()
+            if self._lost:
+                return
+        if self._draining:
+            self._drain_input()
+        elif self._read_paused or self._eof or self._read_wants_write:
             self._update_reader()
-            self._update_writer()
+        else:
+            self._read_ready()
 
     def _write_ready(self) -> None:
         if self._lost:
@@ -328,7 +346,7 @@ class TlsSocketTransport(asyncio.Transport):
 
     def _flush(self) -> None:
         backlog = self._backlog
-        send = self._tls.send
+        send = self._write
         while (chunk := backlog.next_chunk()) is not None:
             try:
                 sent = send(chunk)
