@@ -47,6 +47,7 @@ from ambit.proxy.sockets import HostSocketFactory, connect
 from ambit.proxy.streams import ByteStream, SocketStream
 from ambit.telemetry.accesslog import AccessLog, ConnectionRecord
 from ambit.telemetry.metrics import ProxyMetrics, Reporter, TrafficLabels
+from ambit.tls.socket_transport import TLS_TRANSPORTS, TlsTransportKind
 from bench.mesh.probes import cpu_seconds
 from bench.mesh.tunnels import make_credentials
 from bench.relaying import relay
@@ -95,7 +96,7 @@ print(json.dumps({"count": count, "bytes": sum(totals), "seconds": time.perf_cou
 """
 
 
-async def run(mode: str, seconds: float, directory: Path) -> dict[str, float]:
+async def run(mode: str, seconds: float, directory: Path, tls_transport: TlsTransportKind = "loop") -> dict[str, float]:
     ca = LocalCa(directory / "ca", trust_domain=TD)
     client_cert, server_cert = await asyncio.gather(ca.fetch_certificate(CLIENT), ca.fetch_certificate(SERVER))
     factory = HostSocketFactory(mark=None)
@@ -137,14 +138,16 @@ async def run(mode: str, seconds: float, directory: Path) -> dict[str, float]:
         while True:
             sock, _ = await loop.sock_accept(hbone)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            spawn(HboneServer.serve(sock, cert, trust_domain=TD, handler=handle))  # type: ignore[arg-type]
+            spawn(HboneServer.serve(sock, cert, trust_domain=TD, handler=handle, tls_transport=tls_transport))  # type: ignore[arg-type]
 
     pool = ConnectionPool()
     key = PoolKey(CLIENT, frozenset({SERVER}), "127.0.0.1", hbone_addr)
 
     async def dial() -> HboneClient:
         sock = await connect(factory, hbone_addr)
-        return await HboneClient.connect(sock, client_cert, frozenset({SERVER}), trust_domain=TD)
+        return await HboneClient.connect(
+            sock, client_cert, frozenset({SERVER}), trust_domain=TD, tls_transport=tls_transport
+        )
 
     outbound = socket.create_server(("127.0.0.1", 0))
     outbound.setblocking(False)
@@ -245,7 +248,7 @@ def run_stunnel(mode: str, seconds: float, directory: Path) -> dict[str, float]:
     return _figures(mode, json.loads(line), cpu, user)
 
 
-def count_calls(mode: str, seconds: float, top: int) -> None:
+def count_calls(mode: str, seconds: float, top: int, tls_transport: TlsTransportKind = "loop") -> None:
     """Run ``mode`` under cProfile and print the calls per round trip (``rr``) or per MB (bulk), Python functions and
     C functions apart, and the ``top`` most called: a figure that, unlike CPU time, a loaded machine does not move."""
     profile = cProfile.Profile()
@@ -253,7 +256,7 @@ def count_calls(mode: str, seconds: float, top: int) -> None:
     async def profiled(directory: Path) -> dict[str, float]:
         profile.enable()
         try:
-            return await run(mode, seconds, directory)
+            return await run(mode, seconds, directory, tls_transport)
         finally:
             profile.disable()
 
@@ -268,7 +271,8 @@ def count_calls(mode: str, seconds: float, top: int) -> None:
     counts = [(entry.callcount / events, _label(entry.code)) for entry in profile.getstats()]
     python = sum(n for n, label in counts if not label.startswith("~"))
     native = sum(n for n, label in counts if label.startswith("~"))
-    print(f"{mode}: {events:,.0f} {unit}s profiled; per {unit}: Python calls {python:.1f}, C calls {native:.1f}")
+    per = f"per {unit}: Python calls {python:.1f}, C calls {native:.1f}"
+    print(f"{mode} ({tls_transport}): {events:,.0f} {unit}s profiled; {per}")
     for n, label in sorted(counts, reverse=True)[:top]:
         print(f"  {n:8.2f}  {label}")
 
@@ -288,28 +292,41 @@ def main() -> None:
     parser.add_argument("--peer", choices=("ambit", "stunnel", "both"), default="ambit")
     parser.add_argument("--rounds", type=int, default=1, help="rounds of every peer, alternated")
     parser.add_argument("--modes", default="rr,bulk", help="comma-separated: rr, bulk, bulk4 (4 streams)")
+    parser.add_argument(
+        "--tls-transport",
+        choices=(*TLS_TRANSPORTS, "both"),
+        default="loop",
+        help="ambit's HBONE TLS transport: the loop's, TLS on the socket, or both (alternated with the peers)",
+    )
     parser.add_argument("--calls", type=int, metavar="TOP", help="count calls per event instead (see count_calls)")
     args = parser.parse_args()
     tune_allocator()  # as ``ambit nodeproxy`` does at start-up
+    transports: tuple[TlsTransportKind, ...] = TLS_TRANSPORTS if args.tls_transport == "both" else (args.tls_transport,)
     if args.calls is not None:
         for mode in args.modes.split(","):
-            count_calls(mode, args.seconds, args.calls)
+            for transport in transports:
+                count_calls(mode, args.seconds, args.calls, transport)
         return
-    peers = ("ambit", "stunnel") if args.peer == "both" else (args.peer,)
+    peers = [f"ambit/{t}" for t in transports] if args.peer != "stunnel" else []
+    if args.peer in ("stunnel", "both"):
+        peers.append("stunnel")
+    print(f"load average {os.getloadavg()[0]:.2f}", flush=True)
     for _ in range(args.rounds):
         for mode in args.modes.split(","):
             for peer in peers:
                 with tempfile.TemporaryDirectory(prefix="ambit-bench-hbone-") as tmp:
                     if peer == "stunnel":
                         figures = run_stunnel(mode, args.seconds, Path(tmp))
-                    elif args.loop == "uvloop":
-                        import uvloop
-
-                        figures = uvloop.run(run(mode, args.seconds, Path(tmp)))
                     else:
-                        figures = asyncio.run(run(mode, args.seconds, Path(tmp)))
+                        bench = run(mode, args.seconds, Path(tmp), "socket" if peer == "ambit/socket" else "loop")
+                        if args.loop == "uvloop":
+                            import uvloop
+
+                            figures = uvloop.run(bench)
+                        else:
+                            figures = asyncio.run(bench)
                 shown = "  ".join(f"{name} {value:,.{2 if value < 10 else 1}f}" for name, value in figures.items())
-                print(f"{peer:8} {mode:4} {shown}", flush=True)
+                print(f"{peer:12} {mode:5} {shown}  load {os.getloadavg()[0]:.2f}", flush=True)
 
 
 if __name__ == "__main__":

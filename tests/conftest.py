@@ -29,6 +29,7 @@ from tests import harness
 from tests.harness import ServerProcess, free_port
 
 from ambit.apiserver.server import ApiServer, ApiServerSettings
+from ambit.tls.socket_transport import TLS_TRANSPORTS, TlsTransportKind
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -156,6 +157,14 @@ def pytest_runtest_protocol(item: pytest.Item) -> object:
         return (yield)
     finally:
         harness.running_test.remove(item)
+
+
+@pytest.fixture(params=TLS_TRANSPORTS)
+def tls_transport(request: pytest.FixtureRequest) -> TlsTransportKind:
+    """Each HBONE TLS transport in turn (the loop's, TLS on the socket): a test that takes it, or a fixture that
+    does, runs on both, and the same behaviour must hold on each."""
+    transport: TlsTransportKind = request.param
+    return transport
 
 
 @pytest.fixture

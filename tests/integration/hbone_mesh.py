@@ -21,6 +21,7 @@ from ambit.proxy.pool import ConnectionPool, PoolKey
 from ambit.proxy.revocation import RevocationManager
 from ambit.proxy.sockets import HostSocketFactory, connect
 from ambit.proxy.streams import SocketStream
+from ambit.tls.socket_transport import TlsTransportKind
 from ambit.tls.workload import WorkloadCertificate
 
 TD = "cluster.local"
@@ -60,6 +61,8 @@ class Mesh:
         self.client_revocation: RevocationManager | None = None
         self.drain = DrainSignal()
         """Raised by a test: the server's connections say GOAWAY, as a draining node proxy's do."""
+        self.tls_transport: TlsTransportKind = "loop"
+        """The TLS transport of both ends (a test parametrizes it: the same behaviour holds on each)."""
 
     async def start(self) -> None:
         async def upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -92,6 +95,7 @@ class Mesh:
                     on_failure=self.failures.append,
                     revocation=self.server_revocation,
                     drain=self.drain,
+                    tls_transport=self.tls_transport,
                 )
             )
             self.serving.add(task)
@@ -129,6 +133,7 @@ class Mesh:
             settings=self.settings,
             clock=self.clock,
             revocation=self.client_revocation,
+            tls_transport=self.tls_transport,
         )
 
     @property

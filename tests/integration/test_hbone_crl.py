@@ -22,6 +22,7 @@ from ambit.proxy.hbone_client import HboneConnectError
 from ambit.proxy.revocation import RevocationManager
 from ambit.telemetry.metrics import ProxyMetrics
 from ambit.tls.certs import KeyPair
+from ambit.tls.socket_transport import TlsTransportKind
 
 
 @dataclass
@@ -57,7 +58,7 @@ class Pki:
 
 
 @pytest.fixture
-async def rig(tmp_path: Path) -> AsyncIterator[tuple[Mesh, Side, Side, Pki]]:
+async def rig(tmp_path: Path, tls_transport: TlsTransportKind) -> AsyncIterator[tuple[Mesh, Side, Side, Pki]]:
     now = time.time()
     root = crl_pki.root("Mesh root", now=now)
     inter = crl_pki.intermediate(root, "Cluster intermediate", now=now)
@@ -73,6 +74,7 @@ async def rig(tmp_path: Path) -> AsyncIterator[tuple[Mesh, Side, Side, Pki]]:
     server, client = sides
     mesh = Mesh(LocalCa(tmp_path / "unused-ca"), client_cert, server_cert)
     mesh.server_revocation, mesh.client_revocation = server.manager, client.manager
+    mesh.tls_transport = tls_transport
     await mesh.start()
     try:
         yield mesh, server, client, Pki(root, inter)

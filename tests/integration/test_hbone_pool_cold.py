@@ -11,12 +11,14 @@ from tests.integration.hbone_mesh import CLIENT, SERVER, TD, Mesh, echo_once, un
 
 from ambit.identity.localca import LocalCa
 from ambit.proxy.pool import ConnectionPool
+from ambit.tls.socket_transport import TlsTransportKind
 
 
 @pytest.fixture
-async def cold_mesh(ca: LocalCa) -> AsyncIterator[Mesh]:
+async def cold_mesh(ca: LocalCa, tls_transport: TlsTransportKind) -> AsyncIterator[Mesh]:
     client_cert, server_cert = await asyncio.gather(ca.fetch_certificate(CLIENT), ca.fetch_certificate(SERVER))
     mesh = Mesh(ca, client_cert, server_cert)
+    mesh.tls_transport = tls_transport
     mesh.pool = ConnectionPool(max_streams=1, idle_timeout=0, clock=mesh.clock)
     await mesh.start()
     yield mesh

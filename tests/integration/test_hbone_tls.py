@@ -33,6 +33,7 @@ from ambit.model.identity import SpiffeId
 from ambit.proxy.drain import DrainSignal
 from ambit.proxy.errors import StreamClosedError
 from ambit.proxy.hbone_client import HboneConnectError, TunnelRefusedError
+from ambit.tls.socket_transport import TlsTransportKind
 
 
 @pytest.fixture
@@ -41,9 +42,10 @@ async def ca(tmp_path: Path) -> LocalCa:
 
 
 @pytest.fixture
-async def mesh(ca: LocalCa) -> AsyncIterator[Mesh]:
+async def mesh(ca: LocalCa, tls_transport: TlsTransportKind) -> AsyncIterator[Mesh]:
     client_cert, server_cert = await asyncio.gather(ca.fetch_certificate(CLIENT), ca.fetch_certificate(SERVER))
     mesh = Mesh(ca, client_cert, server_cert)
+    mesh.tls_transport = tls_transport
     await mesh.start()
     yield mesh
     await mesh.aclose()

@@ -11,8 +11,9 @@ over real sockets on loopback, so that it keeps refusing it:
 The hostile client is a raw TLS client built from the HBONE client context and changed only where the attack says
 so; once its handshake is through it writes the HTTP/2 preface and a CONNECT to the upstream listener behind the
 server, as a real client would. A refusal is asserted precisely: the connection is closed before the server sent a
-single HTTP/2 byte (the server sends no TLS alert: asyncio closes the socket on a failed handshake without flushing
-the alert OpenSSL wrote; the TLS 1.2 client's handshake fails outright, a TLS 1.3 client's only after it has
+single HTTP/2 byte (over the loop's TLS transport the server sends no TLS alert: asyncio closes the socket on a
+failed handshake without flushing the alert OpenSSL wrote; over TLS on the socket OpenSSL sends it itself; every
+test here runs over both transports; the TLS 1.2 client's handshake fails outright, a TLS 1.3 client's only after it has
 finished, as the server judges its certificate then), the server reports the exact reason (OpenSSL's verification
 error, the protocol, the ALPN), and nothing was relayed: the upstream listener saw no connection. A control case shows
 that the same raw client with a good certificate does get its CONNECT answered and reach the upstream, so the
@@ -41,6 +42,7 @@ from ambit.proxy.hbone_client import HboneConnectError
 from ambit.tls import contexts
 from ambit.tls.certs import KeyPair
 from ambit.tls.issuance import sign_csr
+from ambit.tls.socket_transport import TlsTransportKind
 from ambit.tls.spiffe import make_csr
 from ambit.tls.workload import WorkloadCertificate
 
@@ -157,8 +159,9 @@ async def pki(tmp_path: Path) -> Pki:
 
 
 @pytest.fixture
-async def mesh(pki: Pki) -> AsyncIterator[Mesh]:
+async def mesh(pki: Pki, tls_transport: TlsTransportKind) -> AsyncIterator[Mesh]:
     mesh = Mesh(pki.ca, await pki.good(CLIENT), await pki.good(SERVER))
+    mesh.tls_transport = tls_transport
     await mesh.start()
     yield mesh
     await mesh.aclose()

@@ -112,6 +112,7 @@ def test_the_help_of_both_lists_the_same_options() -> None:
         ["--node", "n", "--flow-log-size", "1000000", "--admin-token-file", "t", "--xds-server-name", "x.svc"],
         ["--node", "n", "--trust-domain", "example.org", "--cluster-id", "c2", "--xds-address="],
         ["--node", "n", "--config=", "--notify-fd=3", "--flow-log-size", " 7"],
+        ["--node", "n", "--tls-transport", "socket", "--event-loop=asyncio"],
     ],
 )
 @pytest.mark.parametrize("crl_env", [None, "", "/var/run/crl.pem"])
@@ -178,6 +179,7 @@ def test_a_usage_error_exits_2_as_under_typer_with_one_line_and_no_traceback(
     [
         (["--node", "n", "--trust-domain", "Bad Domain"], "invalid value for '--trust-domain'"),
         (["--node", "n", "--event-loop", "tornado"], "invalid value for '--event-loop'"),
+        (["--node", "n", "--tls-transport", "ktls"], "invalid value for '--tls-transport'"),
         (["--node", "n", "--dns-upstream", "resolver.local"], "invalid value for '--dns-upstream'"),
         (["--node", "n", "--pool-max-streams", "0"], "error: "),
         (["--node", "n", "--notify-fd", "1000"], "file descriptor 1000 is not open"),

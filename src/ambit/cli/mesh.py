@@ -276,6 +276,14 @@ def nodeproxy(
             "(else $SECRET_TTL, else 24h).",
         ),
     ] = None,
+    tls_transport: Annotated[
+        str,
+        typer.Option(
+            "--tls-transport",
+            envvar="HBONE_TLS_TRANSPORT",
+            help="HBONE's TLS transport: loop (the event loop's, memory BIOs) or socket (TLS on the socket itself).",
+        ),
+    ] = "loop",
     notify_fd: Annotated[
         int | None,
         typer.Option(

@@ -98,6 +98,7 @@ def start(
     drain_deadline: str | None = None,
     drain_max: str | None = None,
     secret_ttl: str | None = None,
+    tls_transport: str = "loop",
     notify_fd: int | None = None,
 ) -> None:
     """Check the flags (:class:`UsageError`, :class:`CommandFailed`) before anything takes effect, then run the
@@ -125,6 +126,8 @@ def start(
         eventloop.loop_factory(event_loop)
     except eventloop.EventLoopError as exc:
         raise UsageError(str(exc), "--event-loop") from None
+    if tls_transport not in ("loop", "socket"):
+        raise UsageError(f"unknown TLS transport {tls_transport!r}: loop or socket", "--tls-transport")
     try:
         max_streams, idle_timeout = parse_pool_limits(pool_max_streams, pool_idle_timeout, os.environ)
         deadline = parse_drain_deadline(drain_deadline, os.environ)
@@ -178,6 +181,7 @@ def start(
         pool_max_streams=max_streams,
         pool_idle_timeout=idle_timeout,
         event_loop=event_loop,
+        tls_transport="socket" if tls_transport == "socket" else "loop",
         admin_token_file=admin_token_file,
         dns_proxy=dns_proxy,
         xds_on_demand=xds_on_demand,

@@ -135,6 +135,13 @@ FLAGS: tuple[Flag, ...] = (
         metavar="DURATION",
     ),
     Flag(
+        "--tls-transport",
+        "tls_transport",
+        "HBONE's TLS transport: loop (the event loop's, memory BIOs) or socket (TLS on the socket itself).",
+        default="loop",
+        envvar="HBONE_TLS_TRANSPORT",
+    ),
+    Flag(
         "--notify-fd",
         "notify_fd",
         "Write READY=1 to this inherited file descriptor once ready (a supervisor's hand-over waits for it).",

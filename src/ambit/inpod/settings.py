@@ -29,6 +29,7 @@ from ambit.proxy.admission import (
 )
 from ambit.proxy.settings import ProxySettings
 from ambit.telemetry.flows import DEFAULT_CAPACITY
+from ambit.tls.socket_transport import TlsTransportKind
 from ambit.zds.protocol import WorkloadInfo
 
 POOL_MAX_STREAMS_ENV = "POOL_MAX_STREAMS_PER_CONNECTION"
@@ -356,10 +357,16 @@ class NodeProxySettings:
     """The event loop the proxy runs on: ``uvloop`` or ``asyncio`` (see :mod:`ambit.inpod.eventloop`). uvloop is
     the default since the connection-churn soak test (``tests/integration/test_uvloop_churn.py``) passes under it."""
 
+    tls_transport: TlsTransportKind = "loop"
+    """HBONE's TLS transport, both ways: the event loop's (memory BIOs) or TLS on the socket itself
+    (:mod:`ambit.tls.socket_transport`)."""
+
     @property
     def proxy(self) -> ProxySettings:
         """What the data path needs of these settings."""
-        return ProxySettings(node=self.node, network=self.network, trust_domain=self.trust_domain)
+        return ProxySettings(
+            node=self.node, network=self.network, trust_domain=self.trust_domain, tls_transport=self.tls_transport
+        )
 
 
 def own_pod_from_environment(environ: Mapping[str, str]) -> tuple[WorkloadInfo | None, str | None]:

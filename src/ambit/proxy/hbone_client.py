@@ -37,6 +37,7 @@ from ambit.proxy.revocation import PeerRevokedError, RevocationManager
 from ambit.telemetry.metrics import Reporter
 from ambit.tls.contexts import verified_chain
 from ambit.tls.errors import PeerIdentityError
+from ambit.tls.socket_transport import TlsTransportKind, open_tls
 
 if TYPE_CHECKING:
     from ambit.tls.workload import WorkloadCertificate
@@ -82,11 +83,13 @@ class HboneClient:
         settings: HboneSettings | None = None,
         clock: Callable[[], float] = time.monotonic,
         revocation: RevocationManager | None = None,
+        tls_transport: TlsTransportKind = "loop",
     ) -> HboneClient:
         """Handshake over the connected ``sock`` (which we own from now on) and check the server's identity.
 
         With ``revocation``, a server whose chain is revoked is refused (``TLS_FAILURE``), and the connection is
-        aborted if a later CRL revokes it (:mod:`ambit.proxy.revocation`)."""
+        aborted if a later CRL revokes it (:mod:`ambit.proxy.revocation`). ``tls_transport`` picks the event loop's
+        TLS transport or TLS on the socket itself (:mod:`ambit.tls.socket_transport`)."""
         loop = asyncio.get_running_loop()
         try:
             peer_name = hostport(*sock.getpeername()[:2])
@@ -95,13 +98,19 @@ class HboneClient:
         core = HboneClientConnection(settings) if settings is not None else HboneClientConnection()
         session = HboneSession(core, name=f"hbone client {cert.identity} -> {peer_name}", clock=clock)
         try:
-            transport, _ = await loop.create_connection(
-                lambda: session,
-                sock=sock,
-                ssl=cert.client_context(),
-                server_hostname="",
-                ssl_handshake_timeout=timeout,
-            )
+            transport: asyncio.BaseTransport
+            if tls_transport == "socket":
+                transport, _ = await open_tls(
+                    lambda: session, sock, cert.client_context(), server_side=False, handshake_timeout=timeout
+                )
+            else:
+                transport, _ = await loop.create_connection(
+                    lambda: session,
+                    sock=sock,
+                    ssl=cert.client_context(),
+                    server_hostname="",
+                    ssl_handshake_timeout=timeout,
+                )
         except (ssl.SSLError, ssl.CertificateError) as exc:
             sock.close()
             raise HboneConnectError(f"TLS handshake with {peer_name} failed: {exc}", ResponseFlag.TLS_FAILURE) from None
@@ -208,7 +217,7 @@ def _track(
 ) -> None:
     """Refuse a revoked server, else keep the connection tracked until it is lost."""
     tls = transport.get_extra_info("ssl_object")
-    chain = verified_chain(tls) if isinstance(tls, ssl.SSLObject) else None
+    chain = verified_chain(tls) if isinstance(tls, (ssl.SSLObject, ssl.SSLSocket)) else None
     try:
         tracked = revocation.admit(chain, Reporter.SOURCE, str(peer), session.abort)
     except PeerRevokedError as exc:
@@ -220,7 +229,7 @@ def _judge_server(
     transport: asyncio.BaseTransport, expected: frozenset[SpiffeId], trust_domain: str, peer_name: str
 ) -> SpiffeId:
     tls = transport.get_extra_info("ssl_object")
-    if not isinstance(tls, ssl.SSLObject):
+    if not isinstance(tls, (ssl.SSLObject, ssl.SSLSocket)):
         raise HboneConnectError(f"no TLS session with {peer_name}", ResponseFlag.TLS_FAILURE)
     alpn = tls.selected_alpn_protocol()
     if alpn != "h2":

@@ -69,6 +69,7 @@ from ambit.proxy.revocation import RevocationManager, Tracked
 from ambit.telemetry.metrics import Reporter
 from ambit.tls.contexts import verified_chain
 from ambit.tls.errors import PeerIdentityError
+from ambit.tls.socket_transport import TlsTransportKind, open_tls
 
 if TYPE_CHECKING:
     from ambit.tls.workload import WorkloadCertificate
@@ -165,6 +166,7 @@ class HboneServer:
         drain: DrainSignal | None = None,
         ticket: Ticket | None = None,
         liveness: LivenessSettings | None = None,
+        tls_transport: TlsTransportKind = "loop",
     ) -> None:
         """Run the connection on ``sock`` (which we own) until it is done and every handler has returned.
 
@@ -173,7 +175,8 @@ class HboneServer:
         whose chain is revoked is dropped after the handshake, and the connection is
         aborted if a later CRL revokes it (:mod:`ambit.proxy.revocation`). When ``drain`` is raised the connection
         says a graceful GOAWAY (see the module docstring). ``ticket`` (the caller's to release) is made
-        established once the client is judged, within ``handshake_timeout`` of the call."""
+        established once the client is judged, within ``handshake_timeout`` of the call. ``tls_transport`` picks
+        the event loop's TLS transport or TLS on the socket itself (:mod:`ambit.tls.socket_transport`)."""
         peer_addr, local_addr = _addresses(sock)
         name = f"hbone server {local_addr[0]}:{local_addr[1]} <- {peer_addr[0]}:{peer_addr[1]}"
 
@@ -198,9 +201,15 @@ class HboneServer:
             # What is left of the one deadline; the loop's SSL handshake timeout runs from the handshake's start
             # whatever the peer sends, so trickled bytes do not extend it.
             left = max(deadline - loop.time(), 0.001)
-            transport, _ = await loop.connect_accepted_socket(
-                lambda: session, sock, ssl=cert.server_context(), ssl_handshake_timeout=left
-            )
+            transport: asyncio.BaseTransport
+            if tls_transport == "socket":
+                transport, _ = await open_tls(
+                    lambda: session, sock, cert.server_context(), server_side=True, handshake_timeout=left
+                )
+            else:
+                transport, _ = await loop.connect_accepted_socket(
+                    lambda: session, sock, ssl=cert.server_context(), ssl_handshake_timeout=left
+                )
         except (OSError, TimeoutError) as exc:  # ssl.SSLError and ConnectionError are OSErrors
             sock.close()
             fail(f"TLS handshake failed: {str(exc) or type(exc).__name__}")
@@ -210,7 +219,7 @@ class HboneServer:
             server._peer = _judge_client(transport, trust_domain)
             if revocation is not None:
                 tls = transport.get_extra_info("ssl_object")
-                chain = verified_chain(tls) if isinstance(tls, ssl.SSLObject) else None
+                chain = verified_chain(tls) if isinstance(tls, (ssl.SSLObject, ssl.SSLSocket)) else None
                 tracked = revocation.admit(chain, Reporter.DESTINATION, str(server._peer), session.abort)
         except ProxyError as exc:  # PeerRevokedError among them
             transport.abort()
@@ -330,7 +339,7 @@ class HboneServer:
 
 def _judge_client(transport: asyncio.BaseTransport, trust_domain: str) -> SpiffeId:
     tls = transport.get_extra_info("ssl_object")
-    if not isinstance(tls, ssl.SSLObject):
+    if not isinstance(tls, (ssl.SSLObject, ssl.SSLSocket)):
         raise ProxyError("no TLS session")
     alpn = tls.selected_alpn_protocol()
     if alpn != "h2":

@@ -167,6 +167,7 @@ async def serve_hbone(ctx: ProxyContext, pod: LocalPod, sock: socket.socket, tic
                 drain=ctx.drain,
                 ticket=ticket,
                 handshake_timeout=DEFAULT_HANDSHAKE_TIMEOUT if ticket is None else ticket.handshake_timeout,
+                tls_transport=ctx.settings.tls_transport,
             )
         except (AmbitError, OSError, ssl.SSLError) as exc:
             log.info("pod %s: HBONE connection from %s failed: %s", pod.uid, hostport(*peer), exc)

@@ -258,7 +258,12 @@ async def _open_tunnel(
     async def dial() -> HboneClient:
         tcp = await connect(pod.sockets, plan.address)
         return await HboneClient.connect(
-            tcp, cert, plan.expected, trust_domain=ctx.settings.trust_domain, revocation=ctx.revocation
+            tcp,
+            cert,
+            plan.expected,
+            trust_domain=ctx.settings.trust_domain,
+            revocation=ctx.revocation,
+            tls_transport=ctx.settings.tls_transport,
         )
 
     key = PoolKey(pod.identity, plan.expected, peer[0], plan.address)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ambit.model.identity import DEFAULT_TRUST_DOMAIN
+from ambit.tls.socket_transport import TlsTransportKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,3 +16,5 @@ class ProxySettings:
     """The network this node is on (addresses are looked up as ``network/IP``)."""
     trust_domain: str = DEFAULT_TRUST_DOMAIN
     """The mesh's trust domain: peers from another one are refused."""
+    tls_transport: TlsTransportKind = "loop"
+    """HBONE's TLS transport, dialling and accepting: the event loop's or TLS on the socket itself."""

@@ -191,7 +191,7 @@ def _configure(context: ssl.SSLContext, cert: WorkloadCertificate) -> None:
             raise CertificateError(f"cannot load the certificate of {cert.identity}: {exc}") from None
 
 
-def verified_chain(tls: ssl.SSLObject) -> list[bytes] | None:
+def verified_chain(tls: ssl.SSLObject | ssl.SSLSocket) -> list[bytes] | None:
     """The peer's chain as OpenSSL verified it (DER, leaf first, trust anchor last); None when this Python does not
     expose it (``SSLObject.get_verified_chain`` is public from 3.13, private ``_sslobj`` method since 3.10)."""
     getter = getattr(tls, "get_verified_chain", None)
@@ -309,3 +309,60 @@ def _no_resumption(context: ssl.SSLContext) -> bool:
     lib, handle = found
     lib.ctrl(handle, _SSL_CTRL_SET_SESS_CACHE_MODE, _SSL_SESS_CACHE_OFF, None)
     return lib.ctrl(handle, _SSL_CTRL_GET_SESS_CACHE_MODE, 0, None) == _SSL_SESS_CACHE_OFF
+
+
+_SSL_CTRL_SET_READ_AHEAD = 41
+
+
+@dataclass(frozen=True, slots=True)
+class _LibSslConnection:
+    """The ``SSL`` (connection) functions of the same libssl, for :func:`read_ahead`."""
+
+    ctrl: Callable[[int, int, int, None], int]
+    set_default_read_buffer_len: Callable[[int, int], None]
+    has_pending: Callable[[int], int]
+    get_ssl_ctx: Callable[[int], int]
+
+
+@functools.cache
+def _libssl_connection() -> _LibSslConnection | None:
+    path = getattr(_ssl, "__file__", None)
+    if sys.implementation.name != "cpython" or path is None or _libssl() is None:
+        return None
+    try:
+        lib = ctypes.CDLL(path)
+        ctrl, set_len = lib.SSL_ctrl, lib.SSL_set_default_read_buffer_len
+        has_pending, get_ssl_ctx = lib.SSL_has_pending, lib.SSL_get_SSL_CTX
+    except (OSError, AttributeError):
+        return None
+    ctrl.argtypes, ctrl.restype = [ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_void_p], ctypes.c_long
+    set_len.argtypes, set_len.restype = [ctypes.c_void_p, ctypes.c_size_t], None
+    has_pending.argtypes, has_pending.restype = [ctypes.c_void_p], ctypes.c_int
+    get_ssl_ctx.argtypes, get_ssl_ctx.restype = [ctypes.c_void_p], ctypes.c_void_p
+    return _LibSslConnection(ctrl, set_len, has_pending, get_ssl_ctx)
+
+
+def read_ahead(tls: ssl.SSLSocket, buffer_len: int) -> Callable[[], int] | None:
+    """Have OpenSSL read as much as the socket holds, up to ``buffer_len`` bytes, in one ``read`` (its read-ahead,
+    which Python's ``ssl`` does not expose) on ``tls``, before its handshake; the ``SSL_has_pending`` of ``tls``
+    (non-zero while OpenSSL holds bytes not yet returned, decrypted or not), or None when this cannot be done.
+
+    CPython's ``_ssl`` socket object holds, after the object header, the Python socket's weak reference, the ``SSL
+    *`` and its context object. The pointer is used only once the context slot is the very context of ``tls`` and
+    libssl names, for that ``SSL *``, the ``SSL_CTX *`` :func:`_ctx_handle` checked for that context. The function
+    returned must not be called once ``tls`` is closed."""
+    lib = _libssl_connection()
+    inner = getattr(tls, "_sslobj", None)
+    found = _ctx_handle(tls.context)
+    if lib is None or inner is None or found is None:
+        return None
+    base = id(inner) + object.__basicsize__
+    pointer = ctypes.sizeof(ctypes.c_void_p)
+    if ctypes.c_void_p.from_address(base + 2 * pointer).value != id(tls.context):
+        return None
+    handle = ctypes.c_void_p.from_address(base + pointer).value
+    if not handle or lib.get_ssl_ctx(handle) != found[1]:
+        return None
+    lib.set_default_read_buffer_len(handle, buffer_len)
+    lib.ctrl(handle, _SSL_CTRL_SET_READ_AHEAD, 1, None)
+    return functools.partial(lib.has_pending, handle)

@@ -1,0 +1,355 @@
+"""TLS on the socket itself (:mod:`ambit.tls.socket_transport`) against peers that misbehave, over real loopback
+sockets with the HBONE contexts of one local CA.
+
+The hostile peer is a hand-driven TLS client (an ``SSLObject`` over memory BIOs on a raw socket), so it can stop
+anywhere: in the middle of its handshake, in the middle of a record, or send bytes that are no record at all. Each
+failure must end the connection on our side with the peer blamed (``connection_lost`` with the error, one debug
+line), never a traceback, and never an end of stream mistaken for a clean one. Bulk transfers check the flow-control
+contract (memory bounded by the write-buffer limits against a peer that never reads) and byte-for-byte delivery,
+against the loop's own TLS transport as well as our own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import socket
+import ssl
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from ambit.identity.localca import LocalCa
+from ambit.model.identity import SpiffeId
+from ambit.tls.socket_transport import TlsSocketTransport, TlsTransportKind, open_tls
+from ambit.tls.workload import WorkloadCertificate
+
+TD = "cluster.local"
+CLIENT = SpiffeId(TD, "client-ns", "client-sa")
+SERVER = SpiffeId(TD, "server-ns", "server-sa")
+MIB = 1024 * 1024
+
+
+@dataclass
+class Certs:
+    client: WorkloadCertificate
+    server: WorkloadCertificate
+
+
+@pytest.fixture
+async def certs(tmp_path: Path) -> Certs:
+    ca = LocalCa(tmp_path / "ca", trust_domain=TD)
+    client, server = await asyncio.gather(ca.fetch_certificate(CLIENT), ca.fetch_certificate(SERVER))
+    return Certs(client, server)
+
+
+@pytest.fixture(autouse=True)
+def _no_traceback(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    caplog.set_level(logging.DEBUG, logger="ambit")
+    yield
+    tracebacks = [r.getMessage() for r in caplog.records if r.exc_info]
+    assert tracebacks == [], "a peer's failure was logged with a traceback"
+
+
+class Sink(asyncio.Protocol):
+    """Keeps what arrives; pauses its own reading when told to; says how the connection ended."""
+
+    def __init__(self, *, read: bool = True) -> None:
+        self.received = bytearray()
+        self.count = 0
+        self._arrived = asyncio.Event()
+        self.digest = hashlib.sha256()
+        self.eof = False
+        self.paused_writing = 0
+        self.resumed_writing = 0
+        self.writable = asyncio.Event()
+        self.writable.set()
+        self.lost: asyncio.Future[Exception | None] = asyncio.get_running_loop().create_future()
+        self._read = read
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        if not self._read:
+            transport.pause_reading()
+
+    def data_received(self, data: bytes) -> None:
+        self.digest.update(data)
+        self.received += data[:64]  # the digest counts; the head is enough to look at
+        self.count += len(data)
+        self._arrived.set()
+
+    async def reached(self, count: int) -> None:
+        """Until ``count`` bytes have arrived."""
+        while self.count < count:
+            self._arrived.clear()
+            await self._arrived.wait()
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        return False
+
+    def pause_writing(self) -> None:
+        self.paused_writing += 1
+        self.writable.clear()
+
+    def resume_writing(self) -> None:
+        self.resumed_writing += 1
+        self.writable.set()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.lost.done():
+            self.lost.set_result(exc)
+
+
+async def tcp_pair() -> tuple[socket.socket, socket.socket]:
+    loop = asyncio.get_running_loop()
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        listener.setblocking(False)
+        client = socket.socket()
+        client.setblocking(False)
+        accepting = loop.create_task(loop.sock_accept(listener))
+        await loop.sock_connect(client, listener.getsockname())
+        server, _ = await accepting
+    return client, server
+
+
+async def tls_end(
+    kind: TlsTransportKind, sock: socket.socket, context: ssl.SSLContext, protocol: Sink, *, server_side: bool
+) -> asyncio.Transport:
+    if kind == "socket":
+        transport, _ = await open_tls(lambda: protocol, sock, context, server_side=server_side, handshake_timeout=5)
+        return transport
+    loop = asyncio.get_running_loop()
+    if server_side:
+        loop_transport, _ = await loop.connect_accepted_socket(lambda: protocol, sock, ssl=context)
+    else:
+        loop_transport, _ = await loop.create_connection(lambda: protocol, sock=sock, ssl=context, server_hostname="")
+    return loop_transport
+
+
+async def hand_handshake(sock: socket.socket, context: ssl.SSLContext) -> tuple[ssl.SSLObject, ssl.MemoryBIO]:
+    """The client handshake driven by hand over memory BIOs; the object and its outgoing BIO."""
+    loop = asyncio.get_running_loop()
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = context.wrap_bio(incoming, outgoing)
+    while True:
+        try:
+            tls.do_handshake()
+            break
+        except ssl.SSLWantReadError:
+            if out := outgoing.read():
+                await loop.sock_sendall(sock, out)
+            data = await loop.sock_recv(sock, 65536)
+            if not data:
+                raise ConnectionError("the server closed the handshake") from None
+            incoming.write(data)
+    if out := outgoing.read():
+        await loop.sock_sendall(sock, out)
+    return tls, outgoing
+
+
+async def served(certs: Certs, server: socket.socket, protocol: Sink) -> TlsSocketTransport:
+    transport, _ = await open_tls(
+        lambda: protocol, server, certs.server.server_context(), server_side=True, handshake_timeout=5
+    )
+    return transport
+
+
+async def test_a_handshake_trickled_a_byte_at_a_time_ends_at_the_deadline_from_its_start(certs: Certs) -> None:
+    loop = asyncio.get_running_loop()
+    client, server = await tcp_pair()
+    hello_bio = ssl.MemoryBIO()
+    hello_maker = certs.client.client_context().wrap_bio(ssl.MemoryBIO(), hello_bio)
+    with pytest.raises(ssl.SSLWantReadError):
+        hello_maker.do_handshake()
+    hello = hello_bio.read()
+
+    async def trickle() -> None:
+        for byte in hello:
+            await loop.sock_sendall(client, bytes([byte]))
+            await asyncio.sleep(0.02)  # each byte well within the deadline, the whole far beyond it
+
+    trickling = loop.create_task(trickle())
+    started = time.monotonic()
+    try:
+        with pytest.raises(TimeoutError):
+            await open_tls(Sink, server, certs.server.server_context(), server_side=True, handshake_timeout=0.5)
+        assert 0.45 < time.monotonic() - started < 2.0
+        assert server.fileno() == -1  # ours to close, and closed
+        with pytest.raises(OSError):
+            async with asyncio.timeout(2):
+                while await loop.sock_recv(client, 4096):
+                    pass
+                raise ConnectionResetError("closed")  # an orderly close counts as well
+    finally:
+        trickling.cancel()
+        await asyncio.gather(trickling, return_exceptions=True)
+        client.close()
+
+
+async def test_a_peer_closing_in_the_middle_of_a_record_fails_the_connection_and_delivers_nothing_of_it(
+    certs: Certs,
+) -> None:
+    loop = asyncio.get_running_loop()
+    client, server = await tcp_pair()
+    protocol = Sink()
+    serving = loop.create_task(served(certs, server, protocol))
+    try:
+        tls, outgoing = await hand_handshake(client, certs.client.client_context())
+        transport = await serving
+        tls.write(b"whole record")
+        await loop.sock_sendall(client, outgoing.read())
+        tls.write(b"x" * 10_000)
+        record = outgoing.read()
+        await loop.sock_sendall(client, record[: len(record) // 2])
+        client.shutdown(socket.SHUT_WR)  # a FIN with no close_notify, half a record in
+        async with asyncio.timeout(5):
+            exc = await protocol.lost
+        assert isinstance(exc, ssl.SSLError), exc
+        assert bytes(protocol.received) == b"whole record"
+        assert not protocol.eof, "a truncated stream was taken for an orderly close"
+        assert transport.is_closing()
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", b"\x17\x03\x03\x00\x20" + b"\x00" * 32, b"\x17\x03\x03\xff\xff"],
+    ids=["http-text", "a-forged-record", "an-oversized-record-header"],
+)
+async def test_bytes_that_are_no_record_fail_the_connection(certs: Certs, garbage: bytes) -> None:
+    loop = asyncio.get_running_loop()
+    client, server = await tcp_pair()
+    protocol = Sink()
+    serving = loop.create_task(served(certs, server, protocol))
+    try:
+        await hand_handshake(client, certs.client.client_context())
+        await serving
+        await loop.sock_sendall(client, garbage + b"\x00" * 20_000)
+        async with asyncio.timeout(5):
+            exc = await protocol.lost
+        assert isinstance(exc, ssl.SSLError), exc
+        assert protocol.received == b"" and not protocol.eof
+    finally:
+        client.close()
+
+
+async def test_a_peer_of_another_mesh_gets_no_transport_on_either_side(certs: Certs, tmp_path: Path) -> None:
+    """Each refuses the other's chain (the mutual-TLS suites run the one-sided cases over this transport too)."""
+    stranger = await LocalCa(tmp_path / "other-ca", trust_domain=TD).fetch_certificate(CLIENT)
+    client, server = await tcp_pair()
+    serving = asyncio.get_running_loop().create_task(served(certs, server, Sink()))
+    try:
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            await open_tls(Sink, client, stranger.client_context(), server_side=False, handshake_timeout=5)
+        with pytest.raises(ssl.SSLError, match="unknown ca"):  # the stranger's alert: it did not trust us either
+            await serving
+    finally:
+        client.close()
+
+
+async def test_a_peer_that_never_reads_holds_no_more_than_the_write_buffer_limit(certs: Certs) -> None:
+    client, server = await tcp_pair()
+    for sock in (client, server):  # small kernel buffers: the transport's own limit is what is measured
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 * 1024)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    reader = Sink(read=False)
+    writer = Sink()
+    loop = asyncio.get_running_loop()
+    opening = loop.create_task(
+        open_tls(lambda: reader, client, certs.client.client_context(), server_side=False, handshake_timeout=5)
+    )
+    transport = await served(certs, server, writer)
+    peer, _ = await opening
+    transport.set_write_buffer_limits(high=256 * 1024)
+    piece = b"m" * MIB
+    written = 0
+    largest = 0
+    try:
+        async with asyncio.timeout(2):
+            while written < 64 * MIB:
+                await writer.writable.wait()
+                transport.write(piece)
+                written += len(piece)
+                largest = max(largest, transport.get_write_buffer_size())
+    except TimeoutError:
+        pass
+    assert writer.paused_writing == 1 and writer.resumed_writing == 0
+    assert written <= 4 * MIB, "the writer was never held back"
+    assert largest <= 256 * 1024 + MIB  # the limit plus the one write that crossed it
+    assert not reader.lost.done() and not writer.lost.done()
+    peer.resume_reading()  # the reader wakes: everything arrives and the writer resumes
+    async with asyncio.timeout(10):
+        await writer.writable.wait()
+        await reader.reached(written)
+    assert writer.resumed_writing == 1
+    assert reader.digest.digest() == hashlib.sha256(piece * (written // MIB)).digest()
+    transport.abort()
+    peer.abort()
+    await asyncio.gather(reader.lost, writer.lost)
+
+
+@pytest.mark.parametrize(("client_kind", "server_kind"), [("socket", "socket"), ("socket", "loop"), ("loop", "socket")])
+async def test_sixty_four_mebibytes_each_way_arrive_byte_for_byte_and_close_cleanly(
+    certs: Certs, client_kind: TlsTransportKind, server_kind: TlsTransportKind
+) -> None:
+    client, server = await tcp_pair()
+    ends = [Sink(), Sink()]
+    loop = asyncio.get_running_loop()
+    opening = loop.create_task(tls_end(client_kind, client, certs.client.client_context(), ends[0], server_side=False))
+    server_transport = await tls_end(server_kind, server, certs.server.server_context(), ends[1], server_side=True)
+    transports = [await opening, server_transport]
+    sizes = [65536 * 3 + 17, MIB + 5, 1500, 256 * 1024]  # records cut every way
+
+    async def send(index: int) -> bytes:
+        transport, protocol = transports[index], ends[index]
+        digest = hashlib.sha256()
+        sent, step = 0, index
+        while sent < 64 * MIB:
+            size = min(sizes[step % len(sizes)], 64 * MIB - sent)
+            chunk = bytes([(sent // 4096 + index) % 256]) * size
+            await protocol.writable.wait()
+            transport.write(chunk)
+            digest.update(chunk)
+            sent += size
+            step += 1
+        return digest.digest()
+
+    async with asyncio.timeout(120):
+        digests = await asyncio.gather(send(0), send(1))
+        await asyncio.gather(*(end.reached(64 * MIB) for end in ends))
+        transports[0].close()  # close_notify after the flush; the server hears a clean end
+        lost = await asyncio.gather(*(end.lost for end in ends))
+    assert ends[1].digest.digest() == digests[0]
+    assert ends[0].digest.digest() == digests[1]
+    assert ends[1].eof, "the server did not hear an orderly close"
+    assert lost == [None, None]
+
+
+async def test_records_read_ahead_in_one_system_call_are_all_delivered_without_more_input(certs: Certs) -> None:
+    """Two short records (and a third cut in two) arrive in one segment: OpenSSL, reading ahead, takes them all in
+    one ``read``; the socket then has nothing to say, so whatever OpenSSL holds must be handed on without waiting
+    for it."""
+    loop = asyncio.get_running_loop()
+    client, server = await tcp_pair()
+    protocol = Sink()
+    serving = loop.create_task(served(certs, server, protocol))
+    try:
+        tls, outgoing = await hand_handshake(client, certs.client.client_context())
+        await serving
+        for message in (b"first", b"second", b"third"):
+            tls.write(message)
+        await loop.sock_sendall(client, outgoing.read())
+        async with asyncio.timeout(5):
+            await protocol.reached(len(b"firstsecondthird"))
+        assert bytes(protocol.received) == b"firstsecondthird"
+        assert not protocol.lost.done()
+    finally:
+        client.close()
