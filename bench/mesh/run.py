@@ -27,6 +27,7 @@ import dataclasses
 import datetime
 import os
 import platform
+import shlex
 import shutil
 import ssl
 import subprocess
@@ -441,8 +442,11 @@ def flow_log_cost(rows: list[Row]) -> float | None:
     return on / off if on is not None and off else None
 
 
-def run(profile: Profile, out: Path | None, *, echo: bool = True) -> str:
-    """Run the benchmark; write latest.md, latest.json and latest.png to ``out``; return the Markdown."""
+def run(profile: Profile, out: Path | None, *, echo: bool = True, node_proxy_args: tuple[str, ...] = ()) -> str:
+    """Run the benchmark; write latest.md, latest.json and latest.png to ``out``; return the Markdown.
+
+    ``node_proxy_args`` are added to the node proxies' installed args before the first scenario and at every
+    restart after it, so every ambit row measures that variant."""
     if os.geteuid() != 0:
         raise BenchSetupError("the data-path benchmark needs root (it brings up a lab)")
     ensure_tools()
@@ -461,6 +465,10 @@ def run(profile: Profile, out: Path | None, *, echo: bool = True) -> str:
                 log(f"lab {lab.topology.lab_id} up")
                 lab.create_pods(profile.same_node)
                 log("pods Ready")
+                if node_proxy_args:
+                    lab.extra_args = node_proxy_args
+                    pids = lab.restart_node_proxies(())
+                    log(f"node proxies restarted with {' '.join(node_proxy_args)} for every scenario (pids {pids})")
                 samples = measure(profile, lab, procs, tmp, log)
             finally:
                 procs.stop_all()
@@ -468,6 +476,12 @@ def run(profile: Profile, out: Path | None, *, echo: bool = True) -> str:
     env["seconds"] = round(time.monotonic() - started, 1)
     rows = aggregate(samples)
     notes = list(NOTES)
+    if node_proxy_args:
+        env["node_proxy_args"] = list(node_proxy_args)
+        notes.append(
+            f"Node proxies: {' '.join(node_proxy_args)} added to their installed args in every scenario (restarts "
+            "included): the ambit rows measure that variant."
+        )
     if (cost := flow_log_cost(rows)) is not None:
         env["flow_log_on_over_off"] = round(cost, 4)
         notes.append(
@@ -493,9 +507,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", choices=sorted(PROFILES), default="full")
     parser.add_argument("--quick", action="store_const", const="short", dest="profile", help="--profile short")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where latest.md/.json/.png go")
+    parser.add_argument(
+        "--node-proxy-args",
+        default="",
+        help="args added to the node proxies' installed ones for the whole run, e.g. '--tls-transport=socket'",
+    )
     args = parser.parse_args(argv)
     try:
-        run(PROFILES[args.profile], args.out)
+        run(PROFILES[args.profile], args.out, node_proxy_args=tuple(shlex.split(args.node_proxy_args)))
     except AmbitError as exc:
         print(f"bench.mesh: {exc}", file=sys.stderr)
         return 1

@@ -121,6 +121,9 @@ class BenchLab:
     """The extra flags the node proxies were last restarted with (:meth:`restart_node_proxies`)."""
     base_args: tuple[str, ...] | None = None
     """The node proxy container's args as installed (read at the first restart)."""
+    extra_args: tuple[str, ...] = ()
+    """Args added to the installed ones at every restart (``--node-proxy-args``: a variant of the node proxy, such
+    as ``--tls-transport=socket``, measured through every scenario, its own restarts included)."""
 
     def kubectl(self, *args: str, input: str | None = None) -> str:
         env = dict(os.environ, KUBECONFIG=str(self.topology.kubeconfig), KUBECACHEDIR=str(self.kubecache))
@@ -214,7 +217,7 @@ class BenchLab:
             daemonset = json.loads(self.kubectl("get", "daemonset", "ztunnel", "-n", SYSTEM, "-o", "json"))
             self.base_args = tuple(daemonset["spec"]["template"]["spec"]["containers"][0].get("args") or ())
         old = set(self.node_proxy_pids())
-        args = [*self.base_args, *flags]
+        args = [*self.base_args, *self.extra_args, *flags]
         patch = [
             {"op": "replace", "path": "/spec/template/spec/containers/0/args", "value": args},
             {
