@@ -38,6 +38,8 @@ from hpack.exceptions import (
 from hpack.huffman_table import decode_huffman
 from hpack.table import HeaderTable
 
+from ambit.hbone.hpack_literals import integer
+
 __all__ = ["decode", "encode"]
 
 _STATIC = HeaderTable.STATIC_TABLE
@@ -45,19 +47,6 @@ _STATIC_LENGTH = len(_STATIC)
 _STATIC_MAPPING = HeaderTable.STATIC_TABLE_MAPPING
 _MAX_CONTINUATION = 5
 """Continuation octets of one integer the package's decoder accepts (its ``VARINT_MAX_LENGTH``)."""
-
-
-def _integer(value: int, prefix_bits: int, first: int) -> bytes:
-    limit = (1 << prefix_bits) - 1
-    if value < limit:
-        return bytes((first | value,))
-    out = bytearray((first | limit,))
-    value -= limit
-    while value >= 128:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def encode(encoder: Encoder, fields: Iterable[tuple[str, str]]) -> bytes:
@@ -75,7 +64,7 @@ def encode(encoder: Encoder, fields: Iterable[tuple[str, str]]) -> bytes:
         if static is not None:
             index = static[1].get(value)
             if index is not None:
-                append(_integer(index, 7, 0x80))
+                append(integer(index, 7, 0x80))
                 continue
             partial = static[0]
         if dynamic:
@@ -88,15 +77,15 @@ def encode(encoder: Encoder, fields: Iterable[tuple[str, str]]) -> bytes:
                     if not partial:
                         partial = offset
             if found:
-                append(_integer(found, 7, 0x80))
+                append(integer(found, 7, 0x80))
                 continue
         if partial:
-            append(_integer(partial, 6, 0x40))
+            append(integer(partial, 6, 0x40))
         else:
             append(b"\x40")
-            append(_integer(len(name), 7, 0))
+            append(integer(len(name), 7, 0))
             append(name)
-        append(_integer(len(value), 7, 0))
+        append(integer(len(value), 7, 0))
         append(value)
         table.add(name, value)
     return b"".join(out)

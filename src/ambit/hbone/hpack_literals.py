@@ -29,7 +29,7 @@ for _index, (_name, _value) in enumerate(_STATIC, 1):
     _FIELD_INDEX.setdefault((_name, _value), _index)
 
 
-def _integer(value: int, prefix_bits: int, first: int) -> bytes:
+def integer(value: int, prefix_bits: int, first: int) -> bytes:
     """An HPACK integer (§5.1) with ``prefix_bits`` of prefix, OR-ed into the first octet's high bits ``first``."""
     limit = (1 << prefix_bits) - 1
     if value < limit:
@@ -44,7 +44,7 @@ def _integer(value: int, prefix_bits: int, first: int) -> bytes:
 
 
 def _string(octets: bytes) -> bytes:
-    return _integer(len(octets), 7, 0) + octets
+    return integer(len(octets), 7, 0) + octets
 
 
 def encode(fields: Iterable[tuple[str, str]]) -> bytes:
@@ -54,11 +54,11 @@ def encode(fields: Iterable[tuple[str, str]]) -> bytes:
         raw_name, raw_value = name.encode("utf-8"), value.encode("utf-8")
         index = _FIELD_INDEX.get((raw_name, raw_value))
         if index is not None:
-            out.append(_integer(index, 7, 0x80))  # indexed field (§6.1)
+            out.append(integer(index, 7, 0x80))  # indexed field (§6.1)
             continue
         index = _NAME_INDEX.get(raw_name)
         if index is not None:
-            out.append(_integer(index, 4, 0x00))  # literal without indexing, indexed name (§6.2.2)
+            out.append(integer(index, 4, 0x00))  # literal without indexing, indexed name (§6.2.2)
         else:
             out.append(b"\x00" + _string(raw_name))  # literal without indexing, new name
         out.append(_string(raw_value))
