@@ -510,7 +510,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--node-proxy-args",
         default="",
-        help="args added to the node proxies' installed ones for the whole run, e.g. '--tls-transport=socket'",
+        help="args added to the node proxies' installed ones for the whole run; give them with '=', as in "
+        "--node-proxy-args=--tls-transport=socket",
     )
     args = parser.parse_args(argv)
     try:
