@@ -301,7 +301,7 @@ def restart_proxies(
     """Restart the node proxies with ``flags``, wait until the ambit route carries a connection again; new routes."""
     started = time.monotonic()
     pids = lab.restart_node_proxies(flags)
-    log(f"node proxies restarted with {' '.join(flags) or 'their defaults'} (pids {pids})")
+    log(f"node proxies restarted with {' '.join((*lab.extra_args, *flags)) or 'their defaults'} (pids {pids})")
     found = routes(lab, tunnels)
     check_mesh(lab, found[AMBIT])
     log(f"node proxies carry traffic again: {time.monotonic() - started:.0f} s")
