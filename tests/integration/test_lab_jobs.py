@@ -149,9 +149,10 @@ async def test_failed_pods_are_retried_until_the_backoff_limit_then_the_job_fail
 async def test_the_active_deadline_deletes_the_running_pods_and_fails_the_job(
     kube: KubeClient, controllers: ControllerManager
 ) -> None:
-    await kube.create(kinds.JOBS, job(activeDeadlineSeconds=1), NS)
+    # 3 s: the pod must be seen running before the deadline deletes it (1 s lost that race once on a loaded CI).
+    await kube.create(kinds.JOBS, job(activeDeadlineSeconds=3), NS)
     await until(lambda: running_pods(kube, 1), "the pod to run")
-    failed = await until(lambda: job_with(kube, "pi", "Failed"), "the deadline to pass", within=10)
+    failed = await until(lambda: job_with(kube, "pi", "Failed"), "the deadline to pass", within=15)
     assert conditions(failed) == [("FailureTarget", "True", "DeadlineExceeded"), ("Failed", "True", "DeadlineExceeded")]
     assert failed["status"]["active"] == 0
     message = failed["status"]["conditions"][1].get("message")
