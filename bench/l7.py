@@ -152,6 +152,8 @@ class Reading:
     bad: int = 0
     """Requests that failed or got no 2xx (rule 2 of :mod:`bench.h2load`: a few are tolerated, and reported)."""
     done: int = 0
+    detail: str = ""
+    """What the bad ones were: h2load's counts and the logged statuses, with when in the run they started."""
 
 
 # -- scenario names -------------------------------------------------------------------------------------------------
@@ -277,10 +279,19 @@ def run_load(path: Target, load: Load, log_file: Path) -> Reading:
         raise H2loadError(f"{path.mode}: h2load failed ({proc.returncode}): {err.strip()[-300:]}")
     summary = parse_summary(out)
     bad = check_clean(summary, path.mode, load.protocol)
-    timing = latencies(parse_log(log_file.read_text()))
+    logged = parse_log(log_file.read_text())
+    timing = latencies(logged)
     if not load.seconds:  # a request count: the rate and the CPU window are the whole run
         window = summary.seconds
-    return Reading(summary.requests_per_second, timing.p50, timing.p99, window, used, peak, bad, summary.done)
+    detail = ""
+    if bad:
+        first = min((r.started_us for r in logged), default=0)
+        odd = [f"{r.status} at {(r.started_us - first) / 1e6:.2f} s" for r in logged if not 200 <= r.status < 300]
+        detail = (
+            f"{summary.failed} failed, {summary.errored} errored, {summary.timeout} timed out, "
+            f"{summary.other_statuses}; logged: {', '.join(odd[:5]) or 'none'}"
+        )
+    return Reading(summary.requests_per_second, timing.p50, timing.p99, window, used, peak, bad, summary.done, detail)
 
 
 def _rss(pids: Sequence[int]) -> int:
@@ -504,7 +515,7 @@ def measure(setup: Setup, profile: Profile, log: Callable[[str], None]) -> tuple
         if reading.bad:
             count = bad.setdefault((scenario, mode), [0, 0])
             count[0] += reading.bad
-            log(f"{scenario}, {mode}: {reading.bad} of {reading.done} requests failed or got no 2xx")
+            log(f"{scenario}, {mode}: {reading.bad} of {reading.done} requests failed or got no 2xx ({reading.detail})")
         bad.setdefault((scenario, mode), [0, 0])[1] += reading.done
 
     fixed_names = [scenario_name(fixed_load(profile, protocol)) for protocol in PROTOCOLS]
