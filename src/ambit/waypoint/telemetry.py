@@ -158,9 +158,15 @@ class WaypointMetrics(ProxyMetrics):
             return
         with self._lock:
             self._requests[key] = self._requests.get(key, 0) + 1
-            self._durations.setdefault(key, _Histogram(DURATION_BUCKETS_MS)).observe(duration_ms)
-            self._request_sizes.setdefault(key, _Histogram(BYTES_BUCKETS)).observe(request_bytes)
-            self._response_sizes.setdefault(key, _Histogram(BYTES_BUCKETS)).observe(response_bytes)
+            for table, bounds, value in (
+                (self._durations, DURATION_BUCKETS_MS, duration_ms),
+                (self._request_sizes, BYTES_BUCKETS, request_bytes),
+                (self._response_sizes, BYTES_BUCKETS, response_bytes),
+            ):
+                histogram = table.get(key)
+                if histogram is None:  # made once per series, not per request (``setdefault`` would make one each)
+                    histogram = table[key] = _Histogram(bounds)
+                histogram.observe(value)
 
     def _record_default(self, name: str, key: LabelValues, value: float) -> None:
         if name == "istio_requests":

@@ -46,6 +46,7 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import functools
 import ssl
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -363,4 +364,9 @@ class Upstreams:
 
 
 def endpoint_key(endpoint: Endpoint) -> EndpointKey:
-    return (endpoint.workload.uid, str(endpoint.ip), endpoint.port, endpoint.transport)
+    return (endpoint.workload.uid, _address_text(endpoint.ip), endpoint.port, endpoint.transport)
+
+
+_address_text = functools.lru_cache(maxsize=4096)(str)
+"""``str`` of an endpoint's address, remembered for the last few thousand (every request takes a kept connection
+by its endpoint's key)."""
