@@ -121,6 +121,11 @@ class UpstreamExchange(Protocol):
         ``Signal.CLOSED`` or an error when the endpoint went away."""
         ...
 
+    def next_event_nowait(self) -> Event | None:
+        """:meth:`next_event` when the event is already here (parsed from bytes read earlier), without waiting;
+        None when it would wait. Raises what :meth:`next_event` would raise for that event."""
+        ...
+
     def abort(self) -> None:
         """Give up on the exchange (its connection, or its stream, is reset)."""
         ...
