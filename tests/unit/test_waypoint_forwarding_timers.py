@@ -48,8 +48,18 @@ class Down:
     async def continue_if_waited(self) -> None:
         return None
 
-    async def start_response(self, status: int, headers: Iterable[tuple[str, str]], reason: str = "") -> None:
+    async def start_response(
+        self,
+        status: int,
+        headers: Iterable[tuple[str, str]],
+        reason: str = "",
+        *,
+        body: bytes = b"",
+        end: bool = False,
+        trailers: Iterable[tuple[str, str]] = (),
+    ) -> None:
         self.status, self.started = status, True
+        self.body += body
 
     async def send_body(self, data: bytes) -> None:
         self.body += data
@@ -105,6 +115,9 @@ class Up:
             await asyncio.sleep(self.body_delay)
             return BodyData(b"ok")
         return MessageEnded(())
+
+    def next_event_nowait(self) -> Event | None:
+        return None  # every event of this upstream comes after a sleep: none is here without waiting
 
     def abort(self) -> None:
         self.aborted = True

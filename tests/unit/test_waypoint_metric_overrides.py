@@ -192,3 +192,26 @@ def test_the_config_dump_shows_the_overrides() -> None:
             },
         }
     ]
+
+
+def test_a_series_begun_with_one_family_disabled_keeps_each_histogram_once_the_override_is_gone() -> None:
+    """The default path finds each family's histogram on its own: one made under an override that disabled
+    another family is not replaced, and the missing one is made."""
+    metrics = WaypointMetrics()
+    metrics.set_overrides((ServiceMetrics("", overrides=(MetricOverride(IstioMetric.RESPONSE_SIZE, disabled=True),)),))
+    record(metrics, CUSTOM)
+    metrics.set_overrides(())
+    record(metrics, CUSTOM)
+    counts = {
+        name: [s.value for s in samples(metrics, name)]
+        for name in (
+            "istio_request_bytes_count",
+            "istio_response_bytes_count",
+            "istio_request_duration_milliseconds_count",
+        )
+    }
+    assert counts == {
+        "istio_request_bytes_count": [2.0],
+        "istio_response_bytes_count": [1.0],
+        "istio_request_duration_milliseconds_count": [2.0],
+    }

@@ -48,6 +48,7 @@ Rules of :func:`plan_tunnel` (Istio's waypoint accepts traffic only for what use
 from __future__ import annotations
 
 import dataclasses
+import functools
 import ipaddress
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -207,6 +208,10 @@ class Transport:
 
 PLAIN = Transport()
 
+_address_text = functools.lru_cache(maxsize=4096)(hostport)
+""":attr:`Endpoint.address`, remembered for the last few thousand endpoints (every request's log line names its
+endpoint, nearly always one seen before, and ``str`` of an address object is a few Python calls)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Endpoint:
@@ -227,7 +232,7 @@ class Endpoint:
     @property
     def address(self) -> str:
         """``ip:port`` for a log line; ``name:port`` while the hostname is unresolved."""
-        return hostport(self.resolve_hostname or self.ip, self.port)
+        return _address_text(self.resolve_hostname or self.ip, self.port)
 
     @property
     def expected_identities(self) -> frozenset[SpiffeId]:

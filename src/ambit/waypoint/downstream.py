@@ -64,7 +64,20 @@ class RequestSide(Protocol):
         """Tell a client that waits for ``100 Continue`` to send its body."""
         ...
 
-    async def start_response(self, status: int, headers: Iterable[tuple[str, str]], reason: str = "") -> None: ...
+    async def start_response(
+        self,
+        status: int,
+        headers: Iterable[tuple[str, str]],
+        reason: str = "",
+        *,
+        body: bytes = b"",
+        end: bool = False,
+        trailers: Iterable[tuple[str, str]] = (),
+    ) -> None:
+        """The response head, then ``body`` (the first body piece) and, with ``end``, the end of the response with
+        ``trailers``: what ``send_body(body)`` and ``end_response(trailers)`` after it would send, in one write
+        where the side can (a forwarded answer whose body is already here leaves at once)."""
+        ...
 
     async def send_body(self, data: bytes) -> None: ...
 
@@ -133,8 +146,27 @@ class Downstream:
     async def continue_if_waited(self) -> None:
         await self.write(self.server.continue_if_waited())
 
-    async def start_response(self, status: int, headers: Iterable[tuple[str, str]], reason: str = "") -> None:
-        await self.write(self.server.send_response(status, headers, reason))
+    async def start_response(
+        self,
+        status: int,
+        headers: Iterable[tuple[str, str]],
+        reason: str = "",
+        *,
+        body: bytes = b"",
+        end: bool = False,
+        trailers: Iterable[tuple[str, str]] = (),
+    ) -> None:
+        server = self.server
+        data = server.send_response(status, headers, reason)
+        try:
+            if body:
+                data += server.send_body(body)
+            if end:
+                data += server.end_response(trailers)
+        except Exception:
+            await self.write(data)  # what went before the piece that failed goes out, as in separate calls
+            raise
+        await self.write(data)
 
     async def send_body(self, data: bytes) -> None:
         await self.write(self.server.send_body(data))

@@ -53,6 +53,10 @@ Rules:
 10. A gRPC answer whose head says ``grpc-status`` CANCELLED (1) or UNAVAILABLE (14) is judged by the retry
     policy as a 503 (Istio's default retry conditions ``cancelled`` and ``unavailable`` sit next to 503): a
     policy that retries 503 retries it on another endpoint; forwarded, it stays the endpoint's gRPC answer.
+11. What of a forwarded response already arrived with its head (read in the same piece: the usual small answer)
+    goes to the client with the head, in one write (``start_response`` with ``body``, and ``end`` when the end
+    came too): the same bytes and the same retry-machine events in the same order as piece by piece, less a
+    write per piece. Nothing is held back to wait for more: a streamed answer's first piece leaves at once.
 """
 
 from __future__ import annotations
@@ -452,18 +456,37 @@ class _Exchange:
             raise DownstreamGoneError(f"reading the request body: {exc or type(exc).__name__}") from None
 
     async def _stream(self, attempt: int, up: UpstreamExchange, response: ResponseStarted) -> bool:
-        """Rule 6: the response to the client; True when it ended cleanly."""
+        """Rule 6: the response to the client; True when it ended cleanly. What of the body (and its end) is
+        already here leaves with the head, in one write (rule 11)."""
         outcome, down = self.outcome, self.down
         headers = _modified(forwardable(response.headers), self.plan.response_headers)
         if self.plan.response_ops:
             headers = apply_header_ops(headers, self.plan.response_ops)
         outcome.status = response.status
         outcome.grpc_status = next((v for n, v in response.headers if n == "grpc-status"), "")
-        await down.start_response(response.status, headers, response.reason)
-        body_started = False
+        first, ended, held, failed = _ready(up)
+        if first:
+            self._post(retries.BodyStarted())
+            outcome.bytes_out += len(first)
+        if ended is None:
+            await down.start_response(response.status, headers, response.reason, body=first)
+        else:
+            outcome.grpc_status = next((v for n, v in ended.trailers if n == "grpc-status"), outcome.grpc_status)
+            await down.start_response(
+                response.status, headers, response.reason, body=first, end=True, trailers=ended.trailers
+            )
+            self._post(retries.ResponseCompleted())
+            return True
+        body_started = bool(first)
         while True:
             try:
-                event = await up.next_event()
+                if held is not None:
+                    event, held = held, None
+                elif failed is not None:
+                    error, failed = failed, None
+                    raise error
+                else:
+                    event = await up.next_event()
             except (AmbitError, OSError) as exc:
                 self.detail = f"upstream: {exc or type(exc).__name__}"
                 self._post(retries.UpstreamReset(attempt))
@@ -523,6 +546,23 @@ def _retry_status(head: ResponseStarted | InterimResponse) -> int:
         if grpc_status is not None and grpc_status.strip() in _GRPC_RETRIABLE:
             return 503
     return head.status
+
+
+def _ready(up: UpstreamExchange) -> tuple[bytes, MessageEnded | None, Event | None, AmbitError | OSError | None]:
+    """Rule 11: what of the response already arrived after its head, taken without waiting: the first body piece
+    (``b""`` when none), the end when it follows at once, else the next event taken (to be acted on first) or
+    the error taking it raised (to be raised where the next read would)."""
+    first = b""
+    try:
+        event = up.next_event_nowait()
+        if isinstance(event, BodyData):
+            first = event.data
+            event = up.next_event_nowait()
+    except (AmbitError, OSError) as exc:
+        return first, None, None, exc
+    if isinstance(event, MessageEnded):
+        return first, event, None, None
+    return first, None, event, None
 
 
 async def _response_head(up: UpstreamExchange) -> ResponseStarted | InterimResponse:

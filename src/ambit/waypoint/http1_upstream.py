@@ -56,6 +56,10 @@ class Http1Upstream:
             conn.http.receive_data(data)
         return event
 
+    def next_event_nowait(self) -> Event | None:
+        event = self.conn.http.next_event()
+        return None if event is Signal.NEED_DATA else event
+
     def abort(self) -> None:
         self.conn.discard()
 

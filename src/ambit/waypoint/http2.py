@@ -135,6 +135,14 @@ class StreamChannel:
             self._wakeup.clear()
             async with asyncio.timeout(self._session.idle_timeout):
                 await self._wakeup.wait()
+        event = self.next_event_nowait()
+        assert event is not None
+        return event
+
+    def next_event_nowait(self) -> ChannelEvent | None:
+        """The stream's next event when it has arrived, else None (a reset shows at :meth:`next_event`)."""
+        if not self._items:
+            return None
         item = self._items.popleft()
         if isinstance(item, _Piece):
             self._session.conn.consumed(self.stream_id, item.flow)
@@ -220,11 +228,14 @@ class Http2Session:
         self._eof_after_flush = True
         self.flush_soon()
 
-    async def send_data(self, stream_id: int, data: bytes) -> None:
+    async def send_data(self, stream_id: int, data: bytes, *, end: bool = False) -> None:
+        """Rule 3; with ``end``, our half of the stream ends after ``data`` (END_STREAM in the same flush)."""
         channel = self.channels.get(stream_id)
         if channel is None or channel.failed or self.closed:
             raise StreamClosedError("the stream is gone")
         self.conn.send_data(stream_id, data)
+        if end:
+            self.conn.end_stream(stream_id)
         await self.flush()
         while self.conn.pending_bytes(stream_id) and not channel.failed and not self.closed:
             channel.writable.clear()

@@ -130,12 +130,33 @@ class Http2RequestSide:
     async def continue_if_waited(self) -> None:
         return None  # HTTP/2 clients do not wait for 100-continue here: nothing is forwarded that would need it
 
-    async def start_response(self, status: int, headers: Iterable[tuple[str, str]], reason: str = "") -> None:
+    async def start_response(
+        self,
+        status: int,
+        headers: Iterable[tuple[str, str]],
+        reason: str = "",
+        *,
+        body: bytes = b"",
+        end: bool = False,
+        trailers: Iterable[tuple[str, str]] = (),
+    ) -> None:
         """Rule 6: the head goes out at the next turn of the loop, or with the end of the response when that
-        follows at once (a trailers-only answer stays one HEADERS frame with END_STREAM)."""
+        follows at once (a trailers-only answer stays one HEADERS frame with END_STREAM); given ``body``, with
+        it, and given ``end`` too, with END_STREAM on the same write (trailers: after it, as ``end_response``)."""
         self._head = (status, list(headers))
         self._started = True
-        asyncio.get_running_loop().call_soon(self._send_head_soon)
+        if not body and not end:
+            asyncio.get_running_loop().call_soon(self._send_head_soon)
+            return
+        fields = list(trailers) if end else []
+        if not body:
+            await self.end_response(fields)
+        elif end and not fields:
+            await self.send_body(body, end=True)
+        else:
+            await self.send_body(body)
+            if end:
+                await self.end_response(fields)
 
     def _send_head_soon(self) -> None:
         if self._head is not None:
@@ -160,11 +181,12 @@ class Http2RequestSide:
             raise HttpProtocolError(f"cannot send this response: {exc}", 502, upstream=True) from None
         self._started = True
 
-    async def send_body(self, data: bytes) -> None:
+    async def send_body(self, data: bytes, *, end: bool = False) -> None:
+        """A body piece; with ``end`` (and ``data``), the stream's end after it, flushed together."""
         self._send_head(end_stream=False)
         if data:
             try:
-                await self.session.send_data(self.stream_id, data)
+                await self.session.send_data(self.stream_id, data, end=end)
             except (StreamClosedError, TimeoutError) as exc:
                 raise DownstreamGoneError(str(exc) or "client stopped reading") from None
 

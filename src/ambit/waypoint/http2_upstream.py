@@ -95,6 +95,9 @@ class Http2Upstream:
     async def next_event(self) -> Event:
         return await self._stream().next_event()
 
+    def next_event_nowait(self) -> Event | None:
+        return self._stream().next_event_nowait()
+
     def abort(self) -> None:
         if self._channel is not None:
             self.session.reset(self._channel.stream_id)

@@ -108,8 +108,17 @@ class BodyTee:
     async def continue_if_waited(self) -> None:
         await self._down.continue_if_waited()
 
-    async def start_response(self, status: int, headers: Iterable[tuple[str, str]], reason: str = "") -> None:
-        await self._down.start_response(status, headers, reason)
+    async def start_response(
+        self,
+        status: int,
+        headers: Iterable[tuple[str, str]],
+        reason: str = "",
+        *,
+        body: bytes = b"",
+        end: bool = False,
+        trailers: Iterable[tuple[str, str]] = (),
+    ) -> None:
+        await self._down.start_response(status, headers, reason, body=body, end=end, trailers=trailers)
 
     async def send_body(self, data: bytes) -> None:
         await self._down.send_body(data)

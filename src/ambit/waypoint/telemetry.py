@@ -158,9 +158,15 @@ class WaypointMetrics(ProxyMetrics):
             return
         with self._lock:
             self._requests[key] = self._requests.get(key, 0) + 1
-            self._durations.setdefault(key, _Histogram(DURATION_BUCKETS_MS)).observe(duration_ms)
-            self._request_sizes.setdefault(key, _Histogram(BYTES_BUCKETS)).observe(request_bytes)
-            self._response_sizes.setdefault(key, _Histogram(BYTES_BUCKETS)).observe(response_bytes)
+            for table, bounds, value in (
+                (self._durations, DURATION_BUCKETS_MS, duration_ms),
+                (self._request_sizes, BYTES_BUCKETS, request_bytes),
+                (self._response_sizes, BYTES_BUCKETS, response_bytes),
+            ):
+                histogram = table.get(key)
+                if histogram is None:  # made once per series, not per request (``setdefault`` would make one each)
+                    histogram = table[key] = _Histogram(bounds)
+                histogram.observe(value)
 
     def _record_default(self, name: str, key: LabelValues, value: float) -> None:
         if name == "istio_requests":
@@ -339,54 +345,74 @@ def _text(value: str) -> str:
 
 
 _recurring_text = functools.lru_cache(maxsize=1024)(_text)
-""":func:`_text` of the values that repeat from request to request (the connection's addresses, names and
-identities, the method, protocol, route and flags), remembered for the last thousand of them. A request's path,
-id and error are not: they seldom repeat and would only push the others out."""
+""":func:`_text` of the response flags, remembered (a handful of values). The other recurring values are rendered
+in segments of their own (:func:`_source_text`, :func:`_destination_text`, :func:`_route_text`); a request's path,
+id and error are not remembered: they seldom repeat and would only push the others out."""
 
 _STRING_FIELDS = (
-    ("src.addr", "src_addr", True),
-    ("src.workload", "src_workload", True),
-    ("src.namespace", "src_namespace", True),
-    ("src.identity", "src_identity", True),
-    ("dst.addr", "dst_addr", True),
-    ("dst.hbone_addr", "dst_hbone_addr", True),
-    ("dst.service", "dst_service", True),
-    ("dst.workload", "dst_workload", True),
-    ("dst.namespace", "dst_namespace", True),
-    ("dst.identity", "dst_identity", True),
-    ("method", "method", True),
-    ("path", "path", False),
-    ("protocol", "protocol", True),
-    ("route", "route", True),
-    ("request_id", "request_id", False),
+    ("src.addr", "src_addr"),
+    ("src.workload", "src_workload"),
+    ("src.namespace", "src_namespace"),
+    ("src.identity", "src_identity"),
+    ("dst.addr", "dst_addr"),
+    ("dst.hbone_addr", "dst_hbone_addr"),
+    ("dst.service", "dst_service"),
+    ("dst.workload", "dst_workload"),
+    ("dst.namespace", "dst_namespace"),
+    ("dst.identity", "dst_identity"),
+    ("method", "method"),
+    ("path", "path"),
+    ("protocol", "protocol"),
+    ("route", "route"),
+    ("request_id", "request_id"),
 )
-"""(log key, record attribute, recurs) of the string fields :meth:`RequestRecord.fields` lists first, in its
-order."""
-_TEXT_FIELDS = tuple((f"{key}=", _recurring_text if recurs else _text) for key, _, recurs in _STRING_FIELDS)
+"""(log key, record attribute) of the string fields :meth:`RequestRecord.fields` lists first, in its order."""
+_PREFIXES = tuple(f"{key}=" for key, _ in _STRING_FIELDS)
 _SOURCE = 4
 """The first fields, ``src.*``: fixed for a connection (its client's address, workload and identity)."""
-_GET_SOURCE = operator.attrgetter(*(attr for _, attr, _ in _STRING_FIELDS[:_SOURCE]))
-_GET_REQUEST = operator.attrgetter(*(attr for _, attr, _ in _STRING_FIELDS[_SOURCE:]))
-_REQUEST_TEXT_FIELDS = _TEXT_FIELDS[_SOURCE:]
+_PATH = 11
+"""``path``'s place: the fields between the source's and it (``dst.*`` and ``method``) recur per destination."""
+_GET_SOURCE = operator.attrgetter(*(attr for _, attr in _STRING_FIELDS[:_SOURCE]))
+_GET_DESTINATION = operator.attrgetter(*(attr for _, attr in _STRING_FIELDS[_SOURCE:_PATH]))
+
+
+def _segment(prefixes: tuple[str, ...], values: tuple[str, ...]) -> str:
+    return " ".join(prefix + _text(value) for prefix, value in zip(prefixes, values, strict=True) if value)
 
 
 @functools.lru_cache(maxsize=1024)
 def _source_text(values: tuple[str, str, str, str]) -> str:
     """The ``src.*`` pairs of a line, rendered once per connection (its client's ``ip:port`` is in the key) for the
-    last thousand connections; its values stay out of :func:`_recurring_text`'s cache."""
-    pairs = zip(_TEXT_FIELDS[:_SOURCE], values, strict=True)
-    return " ".join(prefix + _text(value) for (prefix, _), value in pairs if value)
+    last thousand connections."""
+    return _segment(_PREFIXES[:_SOURCE], values)
+
+
+@functools.lru_cache(maxsize=1024)
+def _destination_text(values: tuple[str, ...]) -> str:
+    """The ``dst.*`` and ``method`` pairs of a line, rendered once per endpoint and method for the last thousand."""
+    return _segment(_PREFIXES[_SOURCE:_PATH], values)
+
+
+@functools.lru_cache(maxsize=256)
+def _route_text(protocol: str, route: str) -> str:
+    """The ``protocol`` and ``route`` pairs of a line."""
+    return _segment(_PREFIXES[_PATH + 1 : _PATH + 3], (protocol, route))
 
 
 def _format_text(message: str, record: RequestRecord) -> str:
-    """``message`` and :meth:`RequestRecord.fields` as ``key=value`` pairs, in one pass (it runs per request)."""
+    """``message`` and :meth:`RequestRecord.fields` as ``key=value`` pairs, in one pass (it runs per request): the
+    pairs that recur (per connection, per destination, per route) are rendered once each, the path and the
+    request id every time."""
     parts = [message]
-    source = _source_text(_GET_SOURCE(record))
-    if source:
-        parts.append(source)
-    for (prefix, render), value in zip(_REQUEST_TEXT_FIELDS, _GET_REQUEST(record), strict=True):
-        if value:
-            parts.append(prefix + render(value))
+    for segment in (
+        _source_text(_GET_SOURCE(record)),
+        _destination_text(_GET_DESTINATION(record)),
+        "path=" + _text(record.path) if record.path else "",
+        _route_text(record.protocol, record.route),
+        "request_id=" + _text(record.request_id) if record.request_id else "",
+    ):
+        if segment:
+            parts.append(segment)
     parts.append(
         f"response_code={record.response_code} response_flags={_recurring_text(record.response_flags)}"
         f" attempts={record.attempts} bytes_sent={record.bytes_sent} bytes_recv={record.bytes_recv}"

@@ -46,6 +46,7 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import functools
 import ssl
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -118,6 +119,11 @@ class UpstreamExchange(Protocol):
     async def next_event(self) -> Event:
         """The next response event: ``ResponseStarted`` (or ``InterimResponse``), ``BodyData``, ``MessageEnded``;
         ``Signal.CLOSED`` or an error when the endpoint went away."""
+        ...
+
+    def next_event_nowait(self) -> Event | None:
+        """:meth:`next_event` when the event is already here (parsed from bytes read earlier), without waiting;
+        None when it would wait. Raises what :meth:`next_event` would raise for that event."""
         ...
 
     def abort(self) -> None:
@@ -363,4 +369,9 @@ class Upstreams:
 
 
 def endpoint_key(endpoint: Endpoint) -> EndpointKey:
-    return (endpoint.workload.uid, str(endpoint.ip), endpoint.port, endpoint.transport)
+    return (endpoint.workload.uid, _address_text(endpoint.ip), endpoint.port, endpoint.transport)
+
+
+_address_text = functools.lru_cache(maxsize=4096)(str)
+"""``str`` of an endpoint's address, remembered for the last few thousand (every request takes a kept connection
+by its endpoint's key)."""
