@@ -9,6 +9,9 @@
 
 plus server RSS and CPU seconds per scenario. The reference for (2) and (3) is a bare aiohttp HTTPS server
 (:mod:`bench.bare_server`) measured in the same run; no kube-apiserver or etcd is available here to compare.
+``--writes-at N`` runs instead the writes-at-N-stored-pods scenario (:mod:`bench.apiserver_writes`: the scale
+harness's churn at a fixed rate against N stored pods, each request timed); its own options, such as
+``--data-from`` to start from a loaded data directory, go after ``--``.
 Everything lives in a temporary directory that is removed at the end; both servers are ended in ``finally``.
 """
 
@@ -149,7 +152,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--pods", type=int, default=0, help="pods for the list and restart scenarios (issue 22's size: 100000)"
     )
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--writes-at", type=int, metavar="N", help="only the writes scenario at N stored pods (bench.apiserver_writes)"
+    )
+    args, rest = parser.parse_known_args(argv)
+    if args.writes_at:
+        from bench import apiserver_writes
+
+        apiserver_writes.main(["--pods", str(args.writes_at), "--out", str(args.out), *[a for a in rest if a != "--"]])
+        return
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     profile = PROFILES["quick" if args.quick else "full"]
     if args.pods:
         profile = dataclasses.replace(profile, name=f"{profile.name}, {args.pods:,} pods", pods=args.pods)

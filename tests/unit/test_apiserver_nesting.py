@@ -1,4 +1,5 @@
-"""The nesting bound: depth counted as documented, judged without recursion at any depth."""
+"""The nesting bound: depth counted as documented, judged without recursion at any depth; documents within it
+copied without sharing a mapping or list with the original."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ambit.apiserver.errors import ApiError
-from ambit.apiserver.nesting import MAX_DEPTH, check_depth, depth_exceeds
+from ambit.apiserver.nesting import MAX_DEPTH, check_depth, copy_document, depth_exceeds
 
 
 def nested(levels: int, leaf: Any = 1) -> Any:
@@ -55,3 +56,26 @@ def _depth(doc: Any) -> int:
 @given(json_values, st.integers(min_value=0, max_value=8))
 def test_depth_exceeds_agrees_with_the_recursive_definition(doc: Any, limit: int) -> None:
     assert depth_exceeds(doc, limit) == (_depth(doc) > limit)
+
+
+def _containers(doc: Any) -> list[Any]:
+    if isinstance(doc, dict):
+        return [doc, *(c for v in doc.values() for c in _containers(v))]
+    if isinstance(doc, list):
+        return [doc, *(c for v in doc for c in _containers(v))]
+    return []
+
+
+@given(json_values)
+def test_a_copied_document_is_equal_and_shares_no_mapping_or_list(doc: Any) -> None:
+    copied = copy_document(doc)
+    assert copied == doc
+    assert not {id(c) for c in _containers(copied)} & {id(c) for c in _containers(doc)}
+
+
+def test_a_document_at_the_bound_is_copied_and_changing_the_copy_leaves_the_original() -> None:
+    doc = {"metadata": {"labels": {"app": "a"}}, "deep": nested(MAX_DEPTH - 1)}
+    copied = copy_document(doc)
+    copied["metadata"]["labels"]["app"] = "b"
+    assert doc["metadata"]["labels"] == {"app": "a"}
+    assert copied["deep"] == doc["deep"]

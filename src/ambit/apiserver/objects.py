@@ -12,12 +12,11 @@ that changes nothing, which is not stored.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from typing import Any
 
 from ambit.apiserver import errors, patch
-from ambit.apiserver.nesting import check_depth
+from ambit.apiserver.nesting import check_depth, copy_document
 from ambit.apiserver.registry import ResourceType
 from ambit.apiserver.requests import JsonObject
 from ambit.apiserver.store import decode, encode
@@ -71,7 +70,7 @@ def merge_update(
     """The object an update of ``old`` with the sent ``obj`` stores (before defaults and admission)."""
     old_meta = old["metadata"]
     if subresource == "status":
-        new = copy.deepcopy(old)
+        new = copy_document(old)
         new["apiVersion"] = rtype.storage_api_version
         if "status" in obj:
             new["status"] = obj["status"]
@@ -124,7 +123,7 @@ def apply_patch(rtype: ResourceType, version: str, stored: JsonObject, content_t
     except Exception:
         raise errors.bad_request("the patch is not valid JSON") from None
     check_depth(patch_doc, "the patch")
-    base = copy.deepcopy(stored)
+    base = copy_document(stored)
     if rtype.from_storage is not None:
         base = rtype.from_storage(base)
     base["apiVersion"] = rtype.api_version(version)

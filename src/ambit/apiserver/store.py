@@ -264,8 +264,8 @@ class Store:
         old = bucket.pop((namespace, name), None) if delete else bucket.get((namespace, name))
         if not delete:
             bucket[(namespace, name)] = item
-        if delete or old is None:
-            self._sorted_keys.pop(key, None)  # the set of keys changed
+        if delete != (old is None):  # the set of keys changed: keep its sorted copy in step, not sorted again
+            self._resort(key, (namespace, name), added=not delete)
         for index in indexes:
             index.apply(namespace, name, None if old is None else old.obj, None if delete else obj)
         event = StoreEvent(etype, key, namespace, name, item, old)
@@ -312,6 +312,20 @@ class Store:
                 with contextlib.suppress(sqlite3.Error):
                     db.execute("ROLLBACK")
             raise
+
+    def _resort(self, key: TypeKey, where: tuple[str, str], *, added: bool) -> None:
+        """Insert ``where`` into (or drop it from) the sorted keys of ``key``, if :meth:`items` made them: a
+        bisection and one move of the list's tail, where sorting again would cost O(n log n) per create or delete
+        at the next read (and every deletion reads its namespace's objects, to collect dependents)."""
+        keys = self._sorted_keys.get(key)
+        if keys is None:
+            return
+        if added:
+            bisect.insort(keys, where)
+            return
+        i = bisect.bisect_left(keys, where)
+        if i < len(keys) and keys[i] == where:
+            del keys[i]
 
     def compact(self, keep: int) -> None:
         """Forget all but the newest ``keep`` events (tests use this to force 410 Gone)."""

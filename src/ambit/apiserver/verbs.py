@@ -45,6 +45,7 @@ from ambit.apiserver.authorizer import (
 )
 from ambit.apiserver.defaults import apply_defaults
 from ambit.apiserver.deletion import Deleter
+from ambit.apiserver.nesting import copy_document
 from ambit.apiserver.objects import apply_patch, check_body, merge_update, unchanged
 from ambit.apiserver.pod_security import PodSecuritySettings
 from ambit.apiserver.priority import builtin_classes
@@ -232,7 +233,7 @@ class ResourceManager:
             if sent_rv and str(sent_rv) != str(current.rv):
                 raise errors.conflict(rtype.plural, name, STALE, rtype.group)
             # Only an unconditional update is computed again (replace() writes into the body it is given).
-            sent = obj if sent_rv else copy.deepcopy(obj)
+            sent = obj if sent_rv else copy_document(obj)
             try:
                 return await self.replace(rtype, version, current, sent, user, subresource, dry_run)
             except Superseded:
@@ -301,7 +302,7 @@ class ResourceManager:
         if self.get(rtype, namespace, name).rv != current.rv:
             raise Superseded(rtype, name)
         if unchanged(old, new):
-            return copy.deepcopy(old)  # a no-op write keeps its version, as in Kubernetes
+            return copy_document(old)  # a no-op write keeps its version, as in Kubernetes
         if dry_run:
             return new
         self.commit("MODIFIED", rtype, namespace, name, new)
@@ -347,7 +348,7 @@ class ResourceManager:
             )
         if latest.obj["metadata"].get("uid") != meta.get("uid"):
             raise errors.not_found(rtype.plural, name, rtype.group)  # deleted and created again meanwhile
-        obj = copy.deepcopy(latest.obj)
+        obj = copy_document(latest.obj)
         if options.dry_run:
             return obj
         return self.deleter.delete_now(rtype, obj, options)
