@@ -272,7 +272,7 @@ async def test_a_snapshot_larger_than_grpcs_default_message_limit_reaches_the_no
     base = int(ipaddress.ip_address("198.18.0.1"))
     pods = [_pod(f"pod-{i:05d}", str(ipaddress.ip_address(base + i))) for i in range(30_000)]
     table = AddressTable(_resources(*pods))
-    snapshot = sum(len(r.wire.SerializeToString()) for r in table.current.by_name.values() if r.wire is not None)
+    snapshot = sum(len(r.wire) for r in table.current.by_name.values())
     assert snapshot > 4 * 1024 * 1024
     server = await _start_server(pki, table)
     node = _client(pki, server.port)

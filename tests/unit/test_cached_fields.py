@@ -5,6 +5,7 @@ in the fields dropped; repeated strings are shared; malformed objects pass throu
 from __future__ import annotations
 
 import copy
+import datetime
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,15 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ambit.controlplane.cached_fields import LAST_APPLIED, POD_SPEC_DROPPED, common, node, pod, transform_for
+from ambit.controlplane.cached_fields import (
+    LAST_APPLIED,
+    POD_SPEC_DROPPED,
+    SharedValues,
+    common,
+    node,
+    pod,
+    transform_for,
+)
 from ambit.controlplane.translate import Translation, translate_all
 from ambit.k8s import kinds
 
@@ -164,3 +173,135 @@ def test_any_shape_passes_through_every_transform_without_raising(value: Any) ->
 def test_each_kind_gets_its_transform() -> None:
     assert transform_for(kinds.PODS) is pod and transform_for(kinds.NODES) is node
     assert transform_for(kinds.SERVICES) is common
+
+
+def test_values_repeated_whole_across_pods_are_one_copy() -> None:
+    def raw(name: str, version: str) -> Obj:  # as parsed: equal values, distinct objects
+        return yaml.safe_load(
+            f"""
+            metadata:
+              name: {name}
+              namespace: ns
+              labels: {{app: web, version: "{version}"}}
+              ownerReferences: [{{kind: ReplicaSet, name: web-1, uid: u1, controller: true}}]
+            spec:
+              containers: [{{name: app, image: i, ports: [{{name: http, containerPort: 80}}]}}]
+            status:
+              podIP: 10.0.0.1
+              hostIPs: [{{ip: 10.1.0.1}}]
+              conditions: [{{type: Ready, status: "True", lastTransitionTime: "2026-01-01T00:00:00Z"}}]
+            """
+        )
+
+    a, b, c = pod(raw("a", "v1")), pod(raw("b", "v1")), pod(raw("c", "v2"))
+    for path in (
+        ("metadata", "labels"),
+        ("metadata", "ownerReferences"),
+        ("spec", "containers"),
+        ("status", "hostIPs"),
+        ("status", "conditions"),
+    ):
+        assert a[path[0]][path[1]] is b[path[0]][path[1]], path
+    assert a["metadata"]["labels"] is not c["metadata"]["labels"]
+    assert c["metadata"]["labels"] == {"app": "web", "version": "v2"}
+    assert a["spec"]["containers"] is c["spec"]["containers"]
+    assert a == {**b, "metadata": {**b["metadata"], "name": "a"}}
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ({"a": 1}, {"a": 1.0}),
+        ({"a": 1}, {"a": True}),
+        ({"1": "x"}, {1: "x"}),
+        ({"a": "2026-01-01"}, {"a": datetime.date(2026, 1, 1)}),
+        ([["x"]], [("x",)]),
+        ({"a": 1, "b": 2}, {"b": 2, "a": 1}),
+        ({"a": None}, {"a": float("nan")}),
+    ],
+)
+def test_values_that_differ_in_type_or_order_are_not_shared(first: Any, second: Any) -> None:
+    shared = SharedValues()
+    kept_first = shared.share(first)
+    kept_second = shared.share(copy.deepcopy(second))
+    assert kept_first is first
+    assert kept_second is not first
+    assert repr(kept_second) == repr(second)
+
+
+def test_pruning_forgets_the_values_no_object_holds_and_keeps_the_others() -> None:
+    shared = SharedValues()
+    held = [shared.share({"app": f"held-{i}"}) for i in range(10)]
+    for i in range(SharedValues.MIN_PRUNE):
+        shared.share({"app": f"gone-{i}"})  # nothing keeps these
+    assert len(shared) <= 10 + SharedValues.MIN_PRUNE
+    shared.prune()
+    assert len(shared) == 10
+    assert all(shared.share({"app": f"held-{i}"}) is held[i] for i in range(10))
+
+
+_label_values = st.sampled_from(["a", "b", "web"])
+
+
+@st.composite
+def replicas(draw: st.DrawFn) -> list[Obj]:
+    """Pods of a few Deployments (labels, containers and conditions repeating across them), their Services, and a
+    policy selecting some of them; each pod's fields drawn independently, so values repeat by chance too."""
+    objects: list[Obj] = [
+        {"kind": "Namespace", "metadata": {"name": "ns", "labels": {"istio.io/dataplane-mode": "ambient"}}}
+    ]
+    for n in range(draw(st.integers(1, 8))):
+        app = draw(_label_values)
+        ready = draw(st.booleans())
+        port = draw(st.sampled_from([80, 8080]))
+        objects.append(
+            {
+                "kind": "Pod",
+                "metadata": {
+                    "name": f"p{n}",
+                    "namespace": "ns",
+                    "uid": f"uid-{n}",
+                    "resourceVersion": "1",
+                    "labels": {"app": app, "version": draw(_label_values)},
+                },
+                "spec": {
+                    "nodeName": draw(st.sampled_from(["n1", "n2"])),
+                    "serviceAccountName": draw(st.sampled_from(["default", "web"])),
+                    "containers": [{"name": "c", "image": "i", "ports": [{"name": "http", "containerPort": port}]}],
+                },
+                "status": {
+                    "phase": "Running",
+                    "podIP": f"10.0.0.{n + 1}",
+                    "podIPs": [{"ip": f"10.0.0.{n + 1}"}],
+                    "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+                },
+            }
+        )
+    for app in draw(st.lists(_label_values, max_size=3, unique=True)):
+        objects.append(
+            {
+                "kind": "Service",
+                "metadata": {"name": f"svc-{app}", "namespace": "ns", "uid": f"svc-{app}", "resourceVersion": "1"},
+                "spec": {
+                    "clusterIP": f"10.96.0.{len(objects)}",
+                    "selector": {"app": app},
+                    "ports": [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}],
+                },
+            }
+        )
+    objects.append(
+        {
+            "kind": "AuthorizationPolicy",
+            "metadata": {"name": "allow", "namespace": "ns", "uid": "ap", "resourceVersion": "1"},
+            "spec": {"selector": {"matchLabels": {"app": draw(_label_values)}}, "action": "ALLOW", "rules": [{}]},
+        }
+    )
+    return objects
+
+
+@settings(max_examples=60, deadline=None)
+@given(replicas())
+def test_translating_objects_whose_repeated_values_are_shared_gives_what_the_whole_objects_give(
+    objects: list[Obj],
+) -> None:
+    same(translated([kept(copy.deepcopy(obj)) for obj in objects]), translated(objects))

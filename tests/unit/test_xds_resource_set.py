@@ -3,6 +3,7 @@ per change instead of rebuilt), aliases and members included; the set it came fr
 
 from __future__ import annotations
 
+import pytest
 from google.protobuf import any_pb2
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -47,3 +48,16 @@ def test_an_updated_set_equals_one_built_over_the_same_resources(
             assert current.lookup(held) == built.lookup(held)
         assert (dict(previous.by_name), dict(previous.by_alias), dict(previous.members)) == before
     assert dict(EMPTY.by_name) == {} and dict(EMPTY.by_alias) == {}
+
+
+def test_a_built_resource_keeps_its_encoding_and_reads_as_the_one_made_from_its_body() -> None:
+    body = any_pb2.Any(type_url="t", value=b"address")
+    built = XdsResource.built("a", "1", body, ("/10.0.0.1",), ("ns/svc",))
+    plain = XdsResource("a", "1", body, ("/10.0.0.1",), ("ns/svc",))
+    assert built == plain and plain == built and hash(built) == hash(plain)
+    assert built.body == body and built.to_wire() == plain.to_wire()
+    assert built.wire == plain.wire == plain.to_wire().SerializeToString()
+    assert built != XdsResource.built("a", "1", body, ("/10.0.0.1",), ("ns/other",))
+    assert built != XdsResource.built("a", "1", any_pb2.Any(type_url="t", value=b"other"), ("/10.0.0.1",))
+    with pytest.raises(AttributeError):
+        built.version = "2"  # type: ignore[misc]

@@ -28,6 +28,13 @@ Rules:
    (:func:`_interned`). Names, uids, versions and addresses are unique or nearly, and are left as they are.
 5. A transform never fails on a malformed object: what is not a mapping (or a list) where one is expected is kept
    as it is, so the readers report it as they would have.
+6. Values that repeat whole across objects are shared too (one copy per process while any cached object holds it,
+   :class:`SharedValues`): the mappings and lists under the keys in :data:`SHARED_KEYS` (a pod's labels, its
+   containers, its conditions, its host IPs, its owner references: the same for every replica). Two values are
+   shared only when their MessagePack encodings are equal byte for byte (key order, and the types JSON has: an
+   integer is not a float, a string key not an integer one, ``true`` not 1) and they compare equal (which tells a
+   date from its text and a tuple from a list), so a shared value is indistinguishable from the one it replaces.
+   Cached objects are read-only (:mod:`ambit.k8s.informer`), which is what makes sharing them safe.
 
 The test that matters is in ``tests/unit/test_cached_fields.py``: translating the transformed objects gives exactly
 what translating the whole ones gives, over the golden inputs and random additions to them in the dropped fields.
@@ -38,6 +45,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from typing import Any
+
+import msgspec
 
 from ambit.k8s import kinds
 
@@ -86,7 +95,58 @@ _INTERNED_VALUES = frozenset(
 )
 """Keys whose string values repeat across objects (rule 4); plus every label and annotation."""
 
+SHARED_KEYS = frozenset(
+    {"labels", "annotations", "ownerReferences", "containers", "initContainers", "conditions", "hostIPs", "ports"}
+)
+"""Keys whose mapping or list values repeat whole across objects (rule 6)."""
+
 _intern = sys.intern
+_encode = msgspec.msgpack.Encoder().encode
+
+
+class SharedValues:
+    """One copy of each repeated value (rule 6), keyed by its MessagePack encoding.
+
+    The table is pruned of the values nothing else refers to any more whenever it has doubled since the last
+    pruning, so it holds about as many values as the caches do, and a pruning costs O(table) once per as many
+    additions: the values of deleted objects do not accumulate."""
+
+    __slots__ = ("_prune_at", "_table")
+
+    MIN_PRUNE = 4096
+
+    def __init__(self) -> None:
+        self._table: dict[bytes, Any] = {}
+        self._prune_at = self.MIN_PRUNE
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    def share(self, value: Any) -> Any:
+        """The copy already held of a value equal to ``value`` (same encoding), or ``value`` itself, now held."""
+        try:
+            key = _encode(value)
+        except (TypeError, ValueError, OverflowError):  # not encodable: not shared
+            return value
+        found = self._table.get(key)
+        if found is not None:
+            return found if found == value else value
+        if len(self._table) >= self._prune_at:
+            self.prune()
+        self._table[key] = value
+        return value
+
+    def prune(self) -> None:
+        """Forget the values only the table refers to."""
+        table = self._table
+        for key in list(table):
+            if sys.getrefcount(table[key]) <= 2:  # the table's reference and the argument's
+                del table[key]
+        self._prune_at = max(self.MIN_PRUNE, 2 * len(table))
+
+
+_SHARED = SharedValues()
+"""The process's shared values (as :func:`sys.intern`'s table is the process's strings)."""
 
 
 def _interned(value: Any, *, values: bool = False) -> Any:
@@ -99,7 +159,8 @@ def _interned(value: Any, *, values: bool = False) -> Any:
             if isinstance(item, str):
                 out[k] = _intern(item) if values or k in _INTERNED_VALUES else item
             else:
-                out[k] = _interned(item, values=values or k in ("labels", "annotations", "matchLabels", "selector"))
+                kept = _interned(item, values=values or k in ("labels", "annotations", "matchLabels", "selector"))
+                out[k] = _SHARED.share(kept) if k in SHARED_KEYS and isinstance(kept, (dict, list)) else kept
         return out
     if isinstance(value, list):
         return [_interned(item, values=values) for item in value]

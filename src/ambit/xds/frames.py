@@ -150,10 +150,27 @@ class FrameCache:
                 self._bytes -= len(self._bodies.pop(key))
 
 
+RESOURCES_TAG = b"\x12"
+"""``DeltaDiscoveryResponse.resources`` (field 2, length-delimited): each resource's encoding follows it."""
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
 def _body(delta: Delta) -> bytes:
-    """Rule 1: the response without its nonce."""
-    message = dpb.DeltaDiscoveryResponse(
-        type_url=delta.type_url, resources=[r.to_wire() for r in delta.resources], removed_resources=delta.removed
-    )
-    body: bytes = message.SerializeToString()
-    return body
+    """Rule 1: the response without its nonce, assembled from each resource's own encoding (field 2, in order)
+    followed by the encoded rest (fields 4 and 6): the bytes ``SerializeToString`` gives for the whole message,
+    which writes its fields in number order, without a ``Resource`` message per resource."""
+    parts: list[bytes] = []
+    for resource in delta.resources:
+        wire = resource.wire
+        parts += (RESOURCES_TAG, _varint(len(wire)), wire)
+    rest = dpb.DeltaDiscoveryResponse(type_url=delta.type_url, removed_resources=delta.removed)
+    parts.append(rest.SerializeToString())
+    return b"".join(parts)
