@@ -1,6 +1,5 @@
-from typing import Final
-
 import ssl
+from typing import Final
 
 READ_AGAIN: Final[int]
 READ_MORE: Final[int]

@@ -26,22 +26,29 @@ import asyncio
 import logging
 import ssl
 from types import ModuleType
+from typing import TYPE_CHECKING, cast
 
 from ambit.tls.contexts import libssl_verify_mode
 from ambit.tls.socket_transport import READ_SIZE, SHUTDOWN_TIMEOUT, TlsSocketTransport
 
+if TYPE_CHECKING:
+    from ambit.native._tls_records import Records
+
 log = logging.getLogger(__name__)
 
 
-def attach_records(tls_records: ModuleType, tls: ssl.SSLSocket) -> object | None:
+def attach_records(tls_records: ModuleType, tls: ssl.SSLSocket) -> Records | None:
     """A ``Records`` for the handshaken ``tls``, or None (with a warning) when its ``SSL *`` cannot be trusted."""
     try:
-        return tls_records.Records(
-            tls,
-            tls._sslobj,  # type: ignore[attr-defined]
-            tls.context,
-            int(tls.context.options),
-            libssl_verify_mode(tls.context),
+        return cast(
+            "Records",
+            tls_records.Records(
+                tls,
+                tls._sslobj,  # type: ignore[attr-defined]  # the _ssl object that owns the SSL *
+                tls.context,
+                int(tls.context.options),
+                libssl_verify_mode(tls.context),
+            ),
         )
     except (TypeError, ValueError) as exc:
         log.warning("TLS records stay in Python for this connection: %s", exc)
@@ -57,11 +64,11 @@ class NativeTlsSocketTransport(TlsSocketTransport):
         tls: ssl.SSLSocket,
         protocol: asyncio.Protocol,
         tls_records: ModuleType,
-        records: object,
+        records: Records,
     ) -> None:
         self._records = records
-        self._records_read = records.read  # type: ignore[attr-defined]
-        self._records_write = records.write  # type: ignore[attr-defined]
+        self._records_read = records.read
+        self._records_write = records.write
         self._again, self._more, self._eof_status = tls_records.READ_AGAIN, tls_records.READ_MORE, tls_records.READ_EOF
         self._wants_write_status = tls_records.READ_WANTS_WRITE
         super().__init__(loop, tls, protocol, None)  # connects the protocol, which may write at once
@@ -86,7 +93,7 @@ class NativeTlsSocketTransport(TlsSocketTransport):
                 if held or backlog.held:
                     self._hold(held)
                 return
-            self._hold(self._records.held)  # type: ignore[attr-defined]
+            self._hold(self._records.held)
             if self._lost:
                 return
             pause = backlog.refused(bytes(data))
@@ -132,8 +139,8 @@ class NativeTlsSocketTransport(TlsSocketTransport):
                 return
             if self._lost:
                 return
-        if self._records.held != self._backlog.held:  # type: ignore[attr-defined]
-            self._hold(self._records.held)  # type: ignore[attr-defined]
+        if self._records.held != self._backlog.held:
+            self._hold(self._records.held)
         if status == self._again:
             return
         if status == self._more:
@@ -156,7 +163,7 @@ class NativeTlsSocketTransport(TlsSocketTransport):
     def _flush(self) -> None:
         backlog = self._backlog
         try:
-            held = self._records.flush()  # type: ignore[attr-defined]
+            held = self._records.flush()
         except OSError as exc:
             self._fail(exc)
             return
@@ -186,11 +193,11 @@ class NativeTlsSocketTransport(TlsSocketTransport):
         if self._lost or self._draining:
             return
         try:
-            done = self._records.shutdown()  # type: ignore[attr-defined]
+            done = self._records.shutdown()
         except (OSError, ValueError):  # could not even queue ours: nothing more to wait for
             self._finish(None)
             return
-        held = self._records.held  # type: ignore[attr-defined]
+        held = self._records.held
         if done and not held:
             self._finish(None)
             return
@@ -214,5 +221,5 @@ class NativeTlsSocketTransport(TlsSocketTransport):
 
     def _finish(self, exc: Exception | None) -> None:
         if not self._lost:
-            self._records.close()  # type: ignore[attr-defined]  # before the socket: no C call touches it after
+            self._records.close()  # before the socket: no C call touches it after
         super()._finish(exc)
