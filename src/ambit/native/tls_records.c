@@ -272,6 +272,14 @@ static PyObject *Records_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
         PyErr_SetString(PyExc_TypeError, "an ssl.SSLSocket, its _ssl object and its context are needed");
         return NULL;
     }
+    PyObject *inner = PyObject_GetAttrString(tls, "_sslobj");
+    if (inner == NULL)
+        PyErr_Clear();
+    Py_XDECREF(inner); /* compared by identity only: tls keeps it alive */
+    if (inner != sslobj) {
+        PyErr_SetString(PyExc_TypeError, "sslobj is not the _ssl object of tls");
+        return NULL;
+    }
     int fd = socket_fd(tls);
     PyObject **slots = (PyObject **)((char *)sslobj + sizeof(PyObject)); /* Socket, ssl, ctx */
     SSL_CTX *ctx = *(SSL_CTX **)((char *)context + sizeof(PyObject));
