@@ -77,7 +77,7 @@ class NativeTlsSocketTransport(TlsSocketTransport):
         if self._closing or not data:
             return
         backlog = self._backlog
-        if backlog.plain:  # a refused write waits: everything goes behind it
+        if backlog.size != backlog.held:  # a refused write waits: everything goes behind it
             pause = backlog.append(bytes(data))
         else:
             try:
