@@ -38,6 +38,7 @@
 #define READ_MAX (16 << 20)    /* the largest read limit accepted from Python */
 #define OUT_KEEP (20 * 1024)   /* an emptied output buffer up to this size is kept for the next write */
 #define OUT_MAX ((size_t)1 << 30) /* the most ciphertext held for one connection: past it, writes fail */
+#define RECORD_OVERHEAD 64        /* more than a TLS 1.3 record adds to its plaintext (header, type, tag: 22) */
 
 enum { READ_AGAIN = 0, READ_MORE = 1, READ_WANTS_WRITE = 2, READ_EOF = 3, READ_FAILED = 4 };
 
@@ -53,35 +54,77 @@ typedef struct {
     size_t cap;
 } OutBuf;
 
+/* Emptied large buffers, kept for the next large write of any connection (the GIL serialises every use): a bulk
+ * connection reuses one buffer instead of allocating and growing one per write, and an idle connection holds none. */
+#define SPARE_SLOTS 4
+#define SPARE_MAX ((size_t)4 << 20) /* larger buffers are freed, not kept */
+static struct {
+    char *data;
+    size_t cap;
+} spares[SPARE_SLOTS];
+
+static void out_release(OutBuf *out)
+{
+    if (out->data != NULL && out->cap <= SPARE_MAX) {
+        int slot = 0; /* an empty slot, else the one with the smallest buffer */
+        for (int i = 0; i < SPARE_SLOTS && spares[slot].data != NULL; i++)
+            if (spares[i].data == NULL || spares[i].cap < spares[slot].cap)
+                slot = i;
+        if (spares[slot].data == NULL || spares[slot].cap < out->cap) {
+            free(spares[slot].data);
+            spares[slot].data = out->data;
+            spares[slot].cap = out->cap;
+            out->data = NULL;
+        }
+    }
+    free(out->data);
+    out->data = NULL;
+    out->cap = out->start = out->end = 0;
+}
+
+/* Room for ``len`` more bytes after what is held: 1, or 0 past OUT_MAX or without memory. */
+static int out_reserve(OutBuf *out, size_t len)
+{
+    size_t used = out->end - out->start;
+    if (len > OUT_MAX - used)
+        return 0; /* past the bound: the SSL_write fails, the connection with it */
+    if (len <= out->cap - out->end)
+        return 1;
+    if (out->start > 0 && len <= out->cap - used) { /* room enough once the sent bytes are dropped */
+        memmove(out->data, out->data + out->start, used);
+        out->start = 0;
+        out->end = used;
+        return 1;
+    }
+    size_t need = used + len, cap = out->cap ? out->cap : 4096;
+    while (cap < need)
+        cap = cap > OUT_MAX / 2 ? OUT_MAX : cap * 2;
+    char *data = NULL;
+    for (int i = 0; i < SPARE_SLOTS && data == NULL; i++)
+        if (spares[i].data != NULL && spares[i].cap >= need) {
+            data = spares[i].data;
+            cap = spares[i].cap;
+            spares[i].data = NULL;
+        }
+    if (data == NULL && (data = malloc(cap)) == NULL)
+        return 0;
+    if (used)
+        memcpy(data, out->data + out->start, used);
+    free(out->data);
+    out->data = data;
+    out->cap = cap;
+    out->start = 0;
+    out->end = used;
+    return 1;
+}
+
 static int sink_write_ex(BIO *bio, const char *in, size_t len, size_t *written)
 {
     OutBuf *out = BIO_get_data(bio);
     *written = 0;
     BIO_clear_retry_flags(bio);
-    if (out == NULL || (len > 0 && in == NULL))
+    if (out == NULL || (len > 0 && in == NULL) || !out_reserve(out, len))
         return 0;
-    if (len > OUT_MAX - (out->end - out->start))
-        return 0; /* past the bound: the SSL_write fails, the connection with it */
-    if (len > out->cap - out->end) {
-        size_t used = out->end - out->start;
-        if (out->start > 0 && len <= out->cap - used) { /* room enough once the sent bytes are dropped */
-            memmove(out->data, out->data + out->start, used);
-        } else {
-            size_t cap = out->cap ? out->cap : 4096;
-            while (cap < used + len)
-                cap = cap > OUT_MAX / 2 ? OUT_MAX : cap * 2;
-            char *data = malloc(cap);
-            if (data == NULL)
-                return 0;
-            if (used)
-                memcpy(data, out->data + out->start, used);
-            free(out->data);
-            out->data = data;
-            out->cap = cap;
-        }
-        out->start = 0;
-        out->end = used;
-    }
     if (len)
         memcpy(out->data + out->end, in, len);
     out->end += len;
@@ -119,7 +162,7 @@ static int sink_destroy(BIO *bio)
 {
     OutBuf *out = BIO_get_data(bio);
     if (out != NULL) {
-        free(out->data);
+        out_release(out);
         free(out);
         BIO_set_data(bio, NULL);
     }
@@ -235,11 +278,8 @@ static int send_held(Records *self)
     }
     if (out->start == out->end) {
         out->start = out->end = 0;
-        if (out->cap > OUT_KEEP) {
-            free(out->data);
-            out->data = NULL;
-            out->cap = 0;
-        }
+        if (out->cap > OUT_KEEP)
+            out_release(out);
     }
     self->held = (Py_ssize_t)(out->end - out->start);
     return 0;
@@ -432,6 +472,13 @@ static PyObject *Records_write(Records *self, PyObject *arg)
     PyObject *error = NULL;
     if (view.len > 0) {
         size_t written = 0;
+        /* Room for all the records at once (a record adds at most RECORD_OVERHEAD): no growth while encrypting. */
+        size_t records = (size_t)view.len / FULL_RECORD + 1;
+        if ((size_t)view.len < OUT_MAX && !out_reserve(self->out, (size_t)view.len + records * RECORD_OVERHEAD)) {
+            PyBuffer_Release(&view);
+            errno = ENOBUFS; /* an OSError: the transport fails the connection */
+            return PyErr_SetFromErrno(PyExc_OSError);
+        }
         ERR_clear_error();
         errno = 0;
         int ok = SSL_write_ex(self->ssl, view.buf, (size_t)view.len, &written);
