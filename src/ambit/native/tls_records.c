@@ -65,7 +65,8 @@ static struct {
 
 static void out_release(OutBuf *out)
 {
-    if (out->data != NULL && out->cap <= SPARE_MAX) {
+    /* Only with the GIL: _ssl releases it around its own OpenSSL calls, which could reach the sink. */
+    if (out->data != NULL && out->cap <= SPARE_MAX && PyGILState_Check()) {
         int slot = 0; /* an empty slot, else the one with the smallest buffer */
         for (int i = 0; i < SPARE_SLOTS && spares[slot].data != NULL; i++)
             if (spares[i].data == NULL || spares[i].cap < spares[slot].cap)
@@ -100,7 +101,7 @@ static int out_reserve(OutBuf *out, size_t len)
     while (cap < need)
         cap = cap > OUT_MAX / 2 ? OUT_MAX : cap * 2;
     char *data = NULL;
-    for (int i = 0; i < SPARE_SLOTS && data == NULL; i++)
+    for (int i = 0; i < SPARE_SLOTS && data == NULL && PyGILState_Check(); i++)
         if (spares[i].data != NULL && spares[i].cap >= need) {
             data = spares[i].data;
             cap = spares[i].cap;

@@ -129,7 +129,11 @@ class NativeTlsSocketTransport(TlsSocketTransport):
         ):
             self._read_ready_otherwise()
             return
-        data, status, error = self._records_read(READ_SIZE)
+        try:
+            data, status, error = self._records_read(READ_SIZE)
+        except OSError as exc:  # the socket closed under the records (not by us), or no memory for what was read
+            self._fail(exc)
+            return
         if data is not None:
             try:
                 self._protocol.data_received(data)
