@@ -400,9 +400,9 @@ static PyObject *Records_read(Records *self, PyObject *arg)
         int ok = SSL_read_ex(self->ssl, PyBytes_AS_STRING(buffer) + total, room, &got);
         int saved_errno = errno;
         if (ok) {
-            if (got > room) { /* never: OpenSSL returns at most what it was given room for */
+            if (got == 0 || got > room) { /* never: OpenSSL returns 1 to 'room' bytes on success */
                 Py_DECREF(buffer);
-                PyErr_SetString(PyExc_SystemError, "SSL_read_ex overran its buffer");
+                PyErr_SetString(PyExc_SystemError, "SSL_read_ex returned a length out of its bounds");
                 return NULL;
             }
             total += (Py_ssize_t)got;
@@ -471,6 +471,14 @@ static PyObject *Records_write(Records *self, PyObject *arg)
         return NULL;
     }
     PyObject *error = NULL;
+    if (view.len > 0 && self->held > 0) {
+        /* The socket is full: the plaintext waits in Python (as it would behind a socket BIO's WANT_WRITE) rather
+         * than being encrypted behind what is held, which would cost a send() only to hear EAGAIN and moving the
+         * held bytes to make room. */
+        PyBuffer_Release(&view);
+        raise_exception(new_exception(SSLWantWriteError, SSL_ERROR_WANT_WRITE, "The socket is full (write)"));
+        return NULL;
+    }
     if (view.len > 0) {
         size_t written = 0;
         /* Room for all the records at once (a record adds at most RECORD_OVERHEAD): no growth while encrypting. */

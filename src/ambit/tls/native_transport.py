@@ -9,10 +9,12 @@ unchanged: handshake, read-ahead, pausing, closing, failing), with the per-recor
   socket writable, the peer closed (close_notify), or failed (the exception to fail the connection with, after
   the data read before it is delivered).
 - A write is one ``Records.write``: OpenSSL encrypts all of it into the connection's output buffer (its write BIO is
-  a memory sink), and the buffer goes out with one ``send``. Ciphertext the socket refused stays in C, ahead of
-  anything written later, and counts in the write buffer's size (``WriteBacklog`` rule 4): the protocol is paused
-  above the high limit and resumed at the low one as before. A write OpenSSL itself refuses (``WANT_READ`` during a
-  post-handshake message) is kept as plaintext by the ``WriteBacklog`` and offered again, as on the Python path.
+  a memory sink), and the buffer goes out with one ``send``. Ciphertext the socket refused stays in C and counts in
+  the write buffer's size (``WriteBacklog`` rule 4): the protocol is paused above the high limit and resumed at the
+  low one as before. While any is held, a write is refused as a socket BIO's ``WANT_WRITE`` would be, and its
+  plaintext waits in the ``WriteBacklog`` until the writer has sent what is held: so nothing is encrypted behind
+  held bytes (no ``send`` only to hear ``EAGAIN``, no moving them to make room), and order is kept. A write OpenSSL
+  itself refuses (``WANT_READ`` during a post-handshake message) is kept the same way, as on the Python path.
 - Anything OpenSSL writes while reading or closing (a KeyUpdate's answer, close_notify) goes into the same buffer
   and is sent by the same call; what stays is held like a write's.
 
