@@ -39,7 +39,7 @@ def _ssl_libraries() -> str:
 
 
 def main() -> int:
-    cc = os.environ.get("CC") or shutil.which("cc")
+    cc = shutil.which(os.environ.get("CC") or "cc")
     include = sysconfig.get_paths()["include"]
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
     if cc is None:
