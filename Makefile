@@ -1,6 +1,6 @@
 # Ambit: set-up, tests and demo on a Debian 12 machine (as root).
 SHELL := /bin/bash
-APT_PACKAGES := iproute2 nftables iptables containernetworking-plugins runc ca-certificates curl tcpdump iperf3 stunnel4 haproxy nghttp2-client sockperf dnsperf dnsmasq-base chromium
+APT_PACKAGES := gcc libssl-dev iproute2 nftables iptables containernetworking-plugins runc ca-certificates curl tcpdump iperf3 stunnel4 haproxy nghttp2-client sockperf dnsperf dnsmasq-base chromium
 VENV := .venv
 UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
 STAMP := $(VENV)/.installed
@@ -9,6 +9,7 @@ BYTECODE := $(VENV)/bin/python -m compileall -q -j 0 src tests bench >/dev/null
 .PHONY: install bytecode test demo lint bench bench-quick bench-apiserver bench-apiserver-quick bench-lab bench-cni bench-policy bench-policy-quick bench-l7 bench-l7-quick bench-waypoint bench-dns bench-dns-quick bench-scale bench-scale-quick bench-node-state bench-startup bench-startup-quick bench-soak bench-soak-quick soak-rollout soak-rollout-long clean
 
 install: $(STAMP)
+	@$(VENV)/bin/python scripts/build_native.py  # the native accelerator (src/ambit/native/*.c); rebuilt only when changed
 
 $(STAMP): pyproject.toml uv.lock
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \

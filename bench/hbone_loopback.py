@@ -14,6 +14,8 @@ bulk MB/s one way through one tunnel, and proxy CPU seconds per GB.
 ``--peer stunnel`` runs the same applications through a stunnel pair on loopback instead (the C baseline: mutual
 TLS 1.3 with ECDSA P-256 certificates, as :mod:`bench.mesh.tunnels` configures it for the lab; CPU is the two
 stunnel processes'), so the two can be compared in one run; ``--peer both`` alternates them ``--rounds`` times.
+``--tls-transport`` picks ambit's HBONE TLS transport: ``loop``, ``socket`` (records in Python), ``socket+native``
+(records in C, :mod:`ambit.native`; the extension must be built), ``both`` (loop and socket) or ``all`` (the three).
 ``--calls TOP`` counts Python and C calls per round trip (per MB in bulk) under cProfile instead, and names the
 ``TOP`` most called: the figure to compare across commits on a loaded machine. ``--modes bulk4`` sends four
 streams at once. Caveat for it: here both ambit roles share one thread, while each
@@ -36,6 +38,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from ambit import native
 from ambit.identity.localca import LocalCa
 from ambit.inpod.allocator import tune_allocator
 from ambit.model.identity import SpiffeId
@@ -285,6 +288,22 @@ def _label(code: object) -> str:
     return f"{filename.rsplit('/', 1)[-1]}:{line} {name}"
 
 
+NATIVE = "socket+native"
+"""The socket transport with its TLS records in C (``ambit.native``)."""
+
+
+def _use_transport(name: str) -> TlsTransportKind:
+    """Select the record path ``name`` asks for in this process; the transport kind to pass to ``run``."""
+    if name == NATIVE:
+        module, reason = native.load_tls_records()
+        if module is None:
+            raise SystemExit(f"{NATIVE}: {reason} (build it: python scripts/build_native.py)")
+        native.use(native.NativeSelection(module, reason))
+        return "socket"
+    native.use(native.NativeSelection(None, "the pure-Python path, by the benchmark"))
+    return "socket" if name == "socket" else "loop"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--seconds", type=float, default=3.0)
@@ -294,18 +313,22 @@ def main() -> None:
     parser.add_argument("--modes", default="rr,bulk", help="comma-separated: rr, bulk, bulk4 (4 streams)")
     parser.add_argument(
         "--tls-transport",
-        choices=(*TLS_TRANSPORTS, "both"),
+        choices=(*TLS_TRANSPORTS, NATIVE, "both", "all"),
         default="loop",
-        help="ambit's HBONE TLS transport: the loop's, TLS on the socket, or both (alternated with the peers)",
+        help="ambit's HBONE TLS transport: the loop's, TLS on the socket with its records in Python or in C, both "
+        "(loop, socket) or all three (alternated with the peers)",
     )
     parser.add_argument("--calls", type=int, metavar="TOP", help="count calls per event instead (see count_calls)")
     args = parser.parse_args()
     tune_allocator()  # as ``ambit nodeproxy`` does at start-up
-    transports: tuple[TlsTransportKind, ...] = TLS_TRANSPORTS if args.tls_transport == "both" else (args.tls_transport,)
+    transports = {"both": TLS_TRANSPORTS, "all": (*TLS_TRANSPORTS, NATIVE)}.get(
+        args.tls_transport, (args.tls_transport,)
+    )
     if args.calls is not None:
         for mode in args.modes.split(","):
             for transport in transports:
-                count_calls(mode, args.seconds, args.calls, transport)
+                print(f"{transport}:", end=" ")
+                count_calls(mode, args.seconds, args.calls, _use_transport(transport))
         return
     peers = [f"ambit/{t}" for t in transports] if args.peer != "stunnel" else []
     if args.peer in ("stunnel", "both"):
@@ -318,7 +341,7 @@ def main() -> None:
                     if peer == "stunnel":
                         figures = run_stunnel(mode, args.seconds, Path(tmp))
                     else:
-                        bench = run(mode, args.seconds, Path(tmp), "socket" if peer == "ambit/socket" else "loop")
+                        bench = run(mode, args.seconds, Path(tmp), _use_transport(peer.removeprefix("ambit/")))
                         if args.loop == "uvloop":
                             import uvloop
 

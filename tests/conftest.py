@@ -28,8 +28,9 @@ from hypothesis import HealthCheck, settings
 from tests import harness
 from tests.harness import ServerProcess, free_port
 
+from ambit import native
 from ambit.apiserver.server import ApiServer, ApiServerSettings
-from ambit.tls.socket_transport import TLS_TRANSPORTS, TlsTransportKind
+from ambit.tls.socket_transport import TlsTransportKind
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -159,12 +160,37 @@ def pytest_runtest_protocol(item: pytest.Item) -> object:
         harness.running_test.remove(item)
 
 
-@pytest.fixture(params=TLS_TRANSPORTS)
-def tls_transport(request: pytest.FixtureRequest) -> TlsTransportKind:
-    """Each HBONE TLS transport in turn (the loop's, TLS on the socket): a test that takes it, or a fixture that
-    does, runs on both, and the same behaviour must hold on each."""
-    transport: TlsTransportKind = request.param
-    return transport
+def use_records_path(path: str) -> None:
+    """Make this process run TLS records on ``path`` ("python" or "native"); a native path that is not built skips
+    the test, or fails it under CI (``CI=true``), so CI cannot test the fallback alone without saying so."""
+    if path == "python":
+        native.use(native.NativeSelection(None, "the pure-Python path, by the test"))
+        return
+    module, reason = native.load_tls_records()
+    if module is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true and the native accelerator cannot be used: {reason}")
+        pytest.skip(f"the native accelerator cannot be used: {reason} (scripts/build_native.py builds it)")
+    native.use(native.NativeSelection(module, reason))
+
+
+@pytest.fixture(params=("python", "native"))
+def records_path(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Each TLS record path of the socket transport in turn (pure Python, C): the same behaviour must hold on each."""
+    path: str = request.param
+    use_records_path(path)
+    yield path
+    native.use(None)
+
+
+@pytest.fixture(params=("loop", "socket", "socket-native"))
+def tls_transport(request: pytest.FixtureRequest) -> Iterator[TlsTransportKind]:
+    """Each HBONE TLS transport in turn (the loop's, TLS on the socket with its records in Python, the same with its
+    records in C): a test that takes it, or a fixture that does, runs on each, and the same behaviour must hold."""
+    kind: str = request.param
+    use_records_path("native" if kind == "socket-native" else "python")
+    yield "loop" if kind == "loop" else "socket"
+    native.use(None)
 
 
 @pytest.fixture

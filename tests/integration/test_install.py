@@ -217,7 +217,9 @@ def test_install_creates_every_object_waits_for_readiness_then_uninstall_removes
 
     version = ambit("version", "--kubeconfig", kubeconfig)
     assert version.returncode == 0, version.stderr
-    assert version.stdout.splitlines() == [
+    lines = version.stdout.splitlines()
+    assert lines[2].startswith("native accelerator: "), lines  # loads or not, depending on the build
+    assert lines[:2] + lines[3:] == [
         "client version: 0.1.0",
         "istio api version: 1.32.0",
         "control plane version: 0.1.0",

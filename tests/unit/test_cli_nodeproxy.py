@@ -306,3 +306,21 @@ def test_a_bad_environment_setting_is_a_usage_error_before_anything_starts(
     assert exited.value.code == 2
     err = capsys.readouterr().err
     assert variable in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("value", ["yes", "1"])
+def test_a_native_path_that_cannot_be_had_stops_the_start_with_one_line(
+    value: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """AMBIT_NATIVE is read once, before anything starts: a bad value, or 1 without a usable extension, exits 1."""
+    from ambit import native
+
+    monkeypatch.setenv("AMBIT_NATIVE", value)
+    monkeypatch.setattr(native, "load_tls_records", lambda: (None, "not built here"))
+    native.use(None)
+    try:
+        assert main(["--node", "n", "--config", "w.yaml", "--local-ca", "ca"]) == 1
+    finally:
+        native.use(None)
+    err = capsys.readouterr().err
+    assert "AMBIT_NATIVE" in err and "Traceback" not in err and len(err.splitlines()) == 1

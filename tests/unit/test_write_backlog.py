@@ -78,6 +78,7 @@ _steps = st.lists(
         st.tuples(st.just("append"), st.integers(0, 300)),
         st.tuples(st.just("take"), st.integers(0, 100)),  # OpenSSL takes this percentage of the chunk (0: refuses)
         st.tuples(st.just("limits"), st.integers(0, 400)),
+        st.tuples(st.just("hold"), st.integers(0, 300)),  # the native record layer now holds this much ciphertext
     ),
     max_size=60,
 )
@@ -91,7 +92,7 @@ def test_bytes_leave_in_order_and_pauses_alternate_with_resumes(
     appended, left = bytearray(), bytearray()
     offered: bytes | None = None
     paused = False
-    counter = 0
+    counter = held = 0
     for op, value in steps:
         if op == "append":
             data = bytes((counter + i) % 251 for i in range(value))
@@ -104,10 +105,18 @@ def test_bytes_leave_in_order_and_pauses_alternate_with_resumes(
             if backlog.set_limits(high=value):
                 assert not paused
                 paused = True
+        elif op == "hold":
+            held = value
+            if backlog.hold(value):
+                assert not paused
+                paused = True
+            elif backlog.released():
+                assert paused
+                paused = False
         else:
             chunk = backlog.next_chunk()
             if chunk is None:
-                assert backlog.size == 0
+                assert backlog.size == held  # nothing but what is held outside
                 continue
             if offered is not None:
                 assert chunk is offered  # rule 1: a refused chunk comes back unchanged
@@ -120,12 +129,40 @@ def test_bytes_leave_in_order_and_pauses_alternate_with_resumes(
             if backlog.sent(count):
                 assert paused
                 paused = False
-        assert backlog.size == len(appended) - len(left)  # everything appended is buffered or sent, once
+        # Rule 4: everything appended is buffered or sent, once; and what is held outside counts.
+        assert backlog.size == len(appended) - len(left) + held and backlog.held == held
         assert paused == backlog.paused
         if paused:
             assert backlog.size > 0  # a paused protocol always has bytes whose sending will resume it
+    backlog.hold(0)
+    backlog.released()
     while (chunk := backlog.next_chunk()) is not None:
         left += chunk
         backlog.sent(len(chunk))
     assert bytes(left) == bytes(appended)  # rule 2: in order, nothing lost, nothing twice
     assert backlog.size == 0 and not backlog.paused
+
+
+def test_bytes_held_outside_count_towards_pausing_and_resuming() -> None:
+    backlog = WriteBacklog(high=100, low=20)
+    assert not backlog.hold(100)
+    assert backlog.hold(150)  # above high: pause, once
+    assert not backlog.hold(160) and not backlog.released()
+    backlog.append(b"x" * 10)  # plaintext behind the held ciphertext
+    assert backlog.size == 170 and backlog.plain == 10
+    assert not backlog.hold(15) and not backlog.released()  # 25: still above low
+    chunk = backlog.next_chunk()
+    assert chunk == b"x" * 10
+    assert backlog.sent(10, held=12)  # the chunk became 12 bytes of ciphertext: 12 <= low, resume
+    assert backlog.size == 12 and backlog.plain == 0
+    with pytest.raises(ValueError):
+        backlog.hold(-1)
+    backlog.clear()
+    assert backlog.size == backlog.held == 0
+
+
+def test_a_refusal_with_only_ciphertext_held_is_no_bug() -> None:
+    backlog = WriteBacklog()
+    backlog.hold(50)
+    assert not backlog.refused(b"y" * 5)
+    assert backlog.size == 55 and backlog.next_chunk() == b"y" * 5

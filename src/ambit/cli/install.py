@@ -122,9 +122,14 @@ def version(
     short: Annotated[bool, typer.Option("--short", help="The client version only; no cluster is asked.")] = False,
 ) -> None:
     """Print the client's version, the Istio release whose APIs Ambit implements (what its proxies state to
-    EnvoyFilter ``proxyVersion`` matches) and the control plane's version (the istiod Deployment's image tag)."""
+    EnvoyFilter ``proxyVersion`` matches), whether the native accelerator loads (``ambit.native``) and the control
+    plane's version (the istiod Deployment's image tag)."""
     typer.echo(f"client version: {ambit.__version__}")
     typer.echo(f"istio api version: {ambit.ISTIO_VERSION}")
+    from ambit.native import load_tls_records
+
+    module, reason = load_tls_records()
+    typer.echo(f"native accelerator: {'loads' if module is not None else 'not used'} ({reason})")
     if short:
         return
 

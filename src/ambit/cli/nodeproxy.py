@@ -13,6 +13,7 @@ proxy handles signals. Errors are one line on stderr, never a traceback.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -197,10 +198,20 @@ def start(
         own_pod=own_pod,
         own_address=own_address,
     )
+    from ambit import native
+
+    try:
+        data_path = native.selection()  # once, at start-up: AMBIT_NATIVE=1 without a usable extension stops here
+    except native.NativeError as exc:
+        raise CommandFailed(str(exc)) from None
     from ambit.cli.process_logging import configure_logging
     from ambit.inpod.allocator import tune_allocator
     from ambit.inpod.daemon import run_node_proxy  # the data path's imports: only once the arguments are good
 
     configure_logging()
+    records = data_path.describe() if settings.tls_transport == "socket" else "the loop's"
+    logging.getLogger("ambit.nodeproxy").info(
+        "HBONE TLS transport %s, TLS records: %s", settings.tls_transport, records
+    )
     tune_allocator()
     eventloop.run(lambda: run_node_proxy(settings), settings.event_loop)

@@ -38,6 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ambit import native
 from ambit.dns.resolvconf import ResolvConf
 from ambit.dns.settings import DnsServerSettings, Upstream
 from ambit.errors import AmbitError
@@ -296,6 +297,8 @@ class NodeProxy:
                 "xdsAddress": self.settings.xds_address or "",
                 "caAddress": self.settings.ca_address or "",
                 "xdsSynced": bool(self.xds and self.xds.synced),
+                "tlsTransport": self.settings.tls_transport,
+                "tlsRecords": native.selection().describe() if self.settings.tls_transport == "socket" else "loop",
             },
             **self.state.to_dump(),
             "policies": [policy_to_dict(policy) for policy in self.context.policies.all()],

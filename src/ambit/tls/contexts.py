@@ -366,3 +366,8 @@ def read_ahead(tls: ssl.SSLSocket, buffer_len: int) -> Callable[[], int] | None:
     lib.set_default_read_buffer_len(handle, buffer_len)
     lib.ctrl(handle, _SSL_CTRL_SET_READ_AHEAD, 1, None)
     return functools.partial(lib.has_pending, handle)
+
+
+def libssl_verify_mode(context: ssl.SSLContext) -> int:
+    """What libssl reports as the verify mode of ``context`` (for checks of the ``SSL_CTX *`` it wraps)."""
+    return _VERIFY_MODES.get(context.verify_mode, -1)

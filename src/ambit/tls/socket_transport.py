@@ -5,7 +5,9 @@ byte is copied socket -> incoming BIO -> plaintext, and plaintext -> outgoing BI
 reads and writes the file descriptor itself (``SSL_read`` / ``SSL_write`` on a socket BIO), and the loop only says
 when the descriptor is ready (``add_reader`` / ``add_writer``). :func:`open_tls` runs the handshake (bounded by one
 deadline from its start: bytes trickled by the peer do not extend it) and returns a :class:`TlsSocketTransport`
-with the protocol connected, as ``loop.create_connection(..., ssl=...)`` would.
+with the protocol connected, as ``loop.create_connection(..., ssl=...)`` would; where this process runs the native
+accelerator (:mod:`ambit.native`), a :class:`~ambit.tls.native_transport.NativeTlsSocketTransport`, the same
+transport with its record loops in C.
 
 Invariants:
 
@@ -38,6 +40,7 @@ import ssl
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
+from ambit import native
 from ambit.tls.contexts import read_ahead
 from ambit.tls.write_backlog import WriteBacklog
 
@@ -90,6 +93,13 @@ async def open_tls(
         tls.close()
         raise
     protocol = protocol_factory()
+    tls_records = native.selection().tls_records
+    if tls_records is not None:
+        from ambit.tls.native_transport import NativeTlsSocketTransport, attach_records  # it subclasses ours
+
+        records = attach_records(tls_records, tls)
+        if records is not None:
+            return NativeTlsSocketTransport(loop, tls, protocol, tls_records, records), protocol
     return TlsSocketTransport(loop, tls, protocol, has_pending), protocol
 
 

@@ -16,6 +16,9 @@ Rules:
    else the small buffers next to each other joined up to ``chunk_size`` (one ``SSL_write``, fewer records).
 3. Flow control is asyncio's contract: once the buffered size goes above ``high`` the protocol is paused, once;
    it is resumed, once, when the size comes down to ``low`` or below. ``0 <= low <= high``.
+4. The buffered size counts what is held outside this bookkeeper too: the ciphertext a native record layer
+   (:mod:`ambit.tls.native_transport`) encrypted and the socket has not taken yet (:meth:`WriteBacklog.hold`).
+   Those bytes are ahead of every chunk here: they were encrypted before it.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ CHUNK_SIZE = 256 * 1024
 class WriteBacklog:
     """Bytes accepted by the transport and not yet taken by OpenSSL (see the module docstring)."""
 
-    __slots__ = ("_chunk_size", "_offered", "_paused", "_queue", "high", "low", "size")
+    __slots__ = ("_chunk_size", "_offered", "_paused", "_queue", "held", "high", "low", "size")
 
     def __init__(self, high: int = DEFAULT_HIGH, low: int | None = None, chunk_size: int = CHUNK_SIZE) -> None:
         self._queue: deque[bytes] = deque()
@@ -38,7 +41,9 @@ class WriteBacklog:
         self._paused = False
         self._chunk_size = chunk_size
         self.size = 0
-        """Bytes buffered, the refused chunk included."""
+        """Bytes buffered, the refused chunk and the bytes held outside included."""
+        self.held = 0
+        """Bytes held outside (rule 4)."""
         self.high = DEFAULT_HIGH
         self.low = DEFAULT_HIGH // 4
         self.set_limits(high, low)
@@ -72,12 +77,32 @@ class WriteBacklog:
     def refused(self, data: bytes) -> bool:
         """OpenSSL refused ``data``, written straight to it with nothing buffered: it is the chunk offered next, as
         it is (rule 1). True when the protocol must be paused now."""
-        if self.size:
+        if self.size - self.held:
             raise ValueError("a refused write with bytes already buffered")
         if data:
             self._offered = data
-            self.size = len(data)
+            self.size += len(data)
         return self._check_pause()
+
+    @property
+    def plain(self) -> int:
+        """Bytes buffered here, not counting those held outside."""
+        return self.size - self.held
+
+    def hold(self, held: int) -> bool:
+        """``held`` bytes are now held outside (rule 4); True when the protocol must be paused now."""
+        if held < 0:
+            raise ValueError(f"{held} bytes held")
+        self.size += held - self.held
+        self.held = held
+        return self._check_pause()
+
+    def released(self) -> bool:
+        """True when the protocol may resume now (rule 3): after :meth:`hold` brought the size down."""
+        if self._paused and self.size <= self.low:
+            self._paused = False
+            return True
+        return False
 
     def next_chunk(self) -> bytes | None:
         """What to offer OpenSSL now (rules 1 and 2); None when nothing is waiting."""
@@ -98,23 +123,26 @@ class WriteBacklog:
         self._offered = b"".join(parts)
         return self._offered
 
-    def sent(self, count: int) -> bool:
-        """OpenSSL took ``count`` bytes of the chunk offered; True when the protocol may resume now (rule 3)."""
+    def sent(self, count: int, held: int | None = None) -> bool:
+        """OpenSSL took ``count`` bytes of the chunk offered (and ``held`` bytes are now held outside, when given);
+        True when the protocol may resume now (rule 3)."""
         offered = self._offered
         if offered is None or not 0 < count <= len(offered):
             raise ValueError(f"sent {count} bytes of a chunk of {0 if offered is None else len(offered)}")
+        if held is not None and held < 0:
+            raise ValueError(f"{held} bytes held")
         self._offered = offered[count:] if count < len(offered) else None
         self.size -= count
-        if self._paused and self.size <= self.low:
-            self._paused = False
-            return True
-        return False
+        if held is not None:
+            self.size += held - self.held
+            self.held = held
+        return self.released()
 
     def clear(self) -> None:
         """Forget everything (the connection is gone); the protocol is not resumed."""
         self._queue.clear()
         self._offered = None
-        self.size = 0
+        self.size = self.held = 0
 
     def _check_pause(self) -> bool:
         if not self._paused and self.size > self.high:

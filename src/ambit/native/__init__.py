@@ -1,0 +1,90 @@
+"""Ambit's native accelerator: whether it loaded, and whether this process uses it (issue 23).
+
+Theory of operation: C sources next to this module are built by ``make install`` (``scripts/build_native.py``)
+into extension modules; ``_tls_records`` is the TLS record path of :mod:`ambit.tls.native_transport`. Every
+accelerated path has a pure-Python fallback that passes the same tests. The choice is made once per process, at
+start-up, from the environment:
+
+- ``AMBIT_NATIVE=0``: the pure-Python path, whether or not the extension is built;
+- ``AMBIT_NATIVE=1``: the native path; a missing or unusable extension is a :class:`NativeError` at start-up;
+- unset (or empty): the native path when the extension loads and passes its checks, else the pure-Python one.
+
+The extension counts as usable only when it was built against the OpenSSL that Python's ``ssl`` runs (the same
+``OPENSSL_VERSION_NUMBER``): it handles the ``SSL *`` objects of that library.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import ModuleType
+
+from ambit.errors import AmbitError
+
+ENVIRONMENT = "AMBIT_NATIVE"
+
+
+class NativeError(AmbitError):
+    """``AMBIT_NATIVE`` asked for the native path and it cannot be used, or ``AMBIT_NATIVE`` is no 0 or 1."""
+
+
+@dataclass(frozen=True, slots=True)
+class NativeSelection:
+    """The data path this process runs: ``tls_records`` is the extension module, or None on the pure-Python path."""
+
+    tls_records: ModuleType | None
+    reason: str
+    """Why, in a few words (for the start-up log line and the config dump)."""
+
+    @property
+    def name(self) -> str:
+        return "native" if self.tls_records is not None else "python"
+
+    def describe(self) -> str:
+        return f"{self.name} ({self.reason})"
+
+
+def load_tls_records() -> tuple[ModuleType | None, str]:
+    """The extension module, or None and why not."""
+    try:
+        from ambit.native import _tls_records
+    except ImportError as exc:
+        return None, f"the extension is not built or does not load: {exc}"
+    if _tls_records.OPENSSL_VERSION_NUMBER != ssl.OPENSSL_VERSION_NUMBER:
+        return None, (
+            f"the extension's OpenSSL {_tls_records.OPENSSL_VERSION_NUMBER:#x} is not Python's "
+            f"{ssl.OPENSSL_VERSION_NUMBER:#x}"
+        )
+    return _tls_records, f"TLS records in C, {os.path.basename(_tls_records.__file__ or '?')}"
+
+
+def select(environ: Mapping[str, str]) -> NativeSelection:
+    """The data path ``environ`` asks for (see the module docstring); :class:`NativeError` when it cannot be had."""
+    setting = environ.get(ENVIRONMENT, "")
+    if setting not in ("", "0", "1"):
+        raise NativeError(f"{ENVIRONMENT}={setting!r}: expected 0 (pure Python), 1 (native) or unset")
+    if setting == "0":
+        return NativeSelection(None, f"{ENVIRONMENT}=0")
+    module, reason = load_tls_records()
+    if module is None and setting == "1":
+        raise NativeError(f"{ENVIRONMENT}=1 but the native accelerator cannot be used: {reason}")
+    return NativeSelection(module, reason)
+
+
+_selection: NativeSelection | None = None
+
+
+def selection() -> NativeSelection:
+    """This process's data path, decided from ``os.environ`` on the first call (start-up) and kept."""
+    global _selection
+    if _selection is None:
+        _selection = select(os.environ)
+    return _selection
+
+
+def use(chosen: NativeSelection | None) -> None:
+    """Set this process's data path (tests and benchmarks compare both); None: decide again on the next call."""
+    global _selection
+    _selection = chosen

@@ -1,0 +1,643 @@
+/* The TLS record path of ambit.tls.native_transport, in C (issue 23, step 1 of docs/native-data-path.md).
+ *
+ * Theory of operation. A Records object is attached, after the handshake, to one non-blocking ssl.SSLSocket. It
+ * reaches that socket's SSL * the checked way ambit.tls.contexts.read_ahead does (the pointer is used only once the
+ * _ssl object's context slot is the socket's context, libssl names that context's SSL_CTX * for it, the SSL_CTX
+ * reports the context's options and verify mode, and the SSL reads and writes the socket's descriptor), and keeps
+ * strong references to the SSLSocket and to its _ssl object, which owns the SSL *: the pointer outlives every call.
+ * close() forgets the pointer; no call touches it afterwards.
+ *
+ * Reads: read(limit) calls SSL_read_ex into one bytes object until OpenSSL wants more input, the peer closed, the
+ * limit is reached, or a record shorter than a full one ended with nothing more held by OpenSSL (SSL_has_pending):
+ * one call per readiness event, one bytes object, no join.
+ *
+ * Writes: the SSL's write BIO is replaced (SSL_set0_wbio) by an in-memory sink of our own, so SSL_write_ex encrypts
+ * all the caller's bytes into one buffer of records and the buffer leaves with one send(); what the socket refuses
+ * stays here, in order, and its size (held) is what Python's flow control counts. Every OpenSSL call that may write
+ * (SSL_read answering a post-handshake message, SSL_shutdown's close_notify) is followed by the same send, so
+ * nothing written by OpenSSL waits for a writer that is not registered: Python reads held after each call.
+ *
+ * Memory safety: every length from Python is checked before use (limit, buffer sizes), nothing from the peer is
+ * copied into a fixed-size buffer (OpenSSL parses the records; we only move plaintext it returns into a bytes object
+ * sized for it and ciphertext it writes into a buffer grown with overflow checks, at most OUT_MAX bytes). The GIL is
+ * held throughout: every call is non-blocking.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+#include <errno.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include <openssl/bio.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
+#define FULL_RECORD 16384      /* the most plaintext one TLS record carries */
+#define READ_MAX (16 << 20)    /* the largest read limit accepted from Python */
+#define OUT_KEEP (20 * 1024)   /* an emptied output buffer up to this size is kept for the next write */
+#define OUT_MAX ((size_t)1 << 30) /* the most ciphertext held for one connection: past it, writes fail */
+#define RECORD_OVERHEAD 64        /* more than a TLS 1.3 record adds to its plaintext (header, type, tag: 22) */
+
+enum { READ_AGAIN = 0, READ_MORE = 1, READ_WANTS_WRITE = 2, READ_EOF = 3, READ_FAILED = 4 };
+
+static PyObject *SSLError, *SSLWantReadError, *SSLWantWriteError, *SSLZeroReturnError, *SSLEOFError;
+static BIO_METHOD *sink_method;
+
+/* ---------------------------------------------------------------- the output sink: a BIO that appends */
+
+typedef struct {
+    char *data;
+    size_t start; /* the first byte not yet sent */
+    size_t end;   /* one past the last byte */
+    size_t cap;
+} OutBuf;
+
+/* Emptied large buffers, kept for the next large write of any connection (the GIL serialises every use): a bulk
+ * connection reuses one buffer instead of allocating and growing one per write, and an idle connection holds none. */
+#define SPARE_SLOTS 4
+#define SPARE_MAX ((size_t)4 << 20) /* larger buffers are freed, not kept */
+static struct {
+    char *data;
+    size_t cap;
+} spares[SPARE_SLOTS];
+
+static void out_release(OutBuf *out)
+{
+    /* Only with the GIL: _ssl releases it around its own OpenSSL calls, which could reach the sink. */
+    if (out->data != NULL && out->cap <= SPARE_MAX && PyGILState_Check()) {
+        int slot = 0; /* an empty slot, else the one with the smallest buffer */
+        for (int i = 0; i < SPARE_SLOTS && spares[slot].data != NULL; i++)
+            if (spares[i].data == NULL || spares[i].cap < spares[slot].cap)
+                slot = i;
+        if (spares[slot].data == NULL || spares[slot].cap < out->cap) {
+            free(spares[slot].data);
+            spares[slot].data = out->data;
+            spares[slot].cap = out->cap;
+            out->data = NULL;
+        }
+    }
+    free(out->data);
+    out->data = NULL;
+    out->cap = out->start = out->end = 0;
+}
+
+/* Room for ``len`` more bytes after what is held: 1, or 0 past OUT_MAX or without memory. */
+static int out_reserve(OutBuf *out, size_t len)
+{
+    size_t used = out->end - out->start;
+    if (len > OUT_MAX - used)
+        return 0; /* past the bound: the SSL_write fails, the connection with it */
+    if (len <= out->cap - out->end)
+        return 1;
+    if (out->start > 0 && len <= out->cap - used) { /* room enough once the sent bytes are dropped */
+        memmove(out->data, out->data + out->start, used);
+        out->start = 0;
+        out->end = used;
+        return 1;
+    }
+    size_t need = used + len, cap = out->cap ? out->cap : 4096;
+    while (cap < need)
+        cap = cap > OUT_MAX / 2 ? OUT_MAX : cap * 2;
+    char *data = NULL;
+    for (int i = 0; i < SPARE_SLOTS && data == NULL && PyGILState_Check(); i++)
+        if (spares[i].data != NULL && spares[i].cap >= need) {
+            data = spares[i].data;
+            cap = spares[i].cap;
+            spares[i].data = NULL;
+        }
+    if (data == NULL && (data = malloc(cap)) == NULL)
+        return 0;
+    if (used)
+        memcpy(data, out->data + out->start, used);
+    free(out->data);
+    out->data = data;
+    out->cap = cap;
+    out->start = 0;
+    out->end = used;
+    return 1;
+}
+
+static int sink_write_ex(BIO *bio, const char *in, size_t len, size_t *written)
+{
+    OutBuf *out = BIO_get_data(bio);
+    *written = 0;
+    BIO_clear_retry_flags(bio);
+    if (out == NULL || (len > 0 && in == NULL) || !out_reserve(out, len))
+        return 0;
+    if (len)
+        memcpy(out->data + out->end, in, len);
+    out->end += len;
+    *written = len;
+    return 1;
+}
+
+static long sink_ctrl(BIO *bio, int cmd, long num, void *ptr)
+{
+    (void)num;
+    (void)ptr;
+    OutBuf *out = BIO_get_data(bio);
+    switch (cmd) {
+    case BIO_CTRL_FLUSH: /* sent by Records after each call, not here */
+    case BIO_C_SET_NBIO: /* Python's _ssl sets it on every call; a memory sink never blocks */
+        return 1;
+    case BIO_CTRL_WPENDING:
+        return out ? (long)(out->end - out->start) : 0;
+    default:
+        return 0;
+    }
+}
+
+static int sink_create(BIO *bio)
+{
+    OutBuf *out = calloc(1, sizeof(OutBuf));
+    if (out == NULL)
+        return 0;
+    BIO_set_data(bio, out);
+    BIO_set_init(bio, 1);
+    return 1;
+}
+
+static int sink_destroy(BIO *bio)
+{
+    OutBuf *out = BIO_get_data(bio);
+    if (out != NULL) {
+        out_release(out);
+        free(out);
+        BIO_set_data(bio, NULL);
+    }
+    return 1;
+}
+
+/* ---------------------------------------------------------------- errors, as Python's ssl raises them */
+
+static PyObject *new_exception(PyObject *type, int code, const char *message)
+{
+    return PyObject_CallFunction(type, "is", code, message);
+}
+
+/* The exception for an SSL_get_error() code (a new reference, or NULL with an exception set). */
+static PyObject *ssl_exception(int code, int saved_errno)
+{
+    unsigned long e = ERR_peek_last_error();
+    switch (code) {
+    case SSL_ERROR_WANT_READ:
+        return new_exception(SSLWantReadError, code, "The operation did not complete (read)");
+    case SSL_ERROR_WANT_WRITE:
+        return new_exception(SSLWantWriteError, code, "The operation did not complete (write)");
+    case SSL_ERROR_ZERO_RETURN:
+        return new_exception(SSLZeroReturnError, code, "TLS/SSL connection has been closed (EOF)");
+    case SSL_ERROR_SYSCALL:
+        if (e == 0) {
+            ERR_clear_error();
+            if (saved_errno != 0)
+                return PyObject_CallFunction(PyExc_OSError, "is", saved_errno, strerror(saved_errno));
+            return new_exception(SSLEOFError, 8, "EOF occurred in violation of protocol");
+        }
+        break;
+    default:
+        break;
+    }
+    const char *reason = e ? ERR_reason_error_string(e) : NULL;
+    const char *library = e ? ERR_lib_error_string(e) : NULL;
+    PyObject *type = SSLError;
+    if (ERR_GET_LIB(e) == ERR_LIB_SSL && ERR_GET_REASON(e) == SSL_R_UNEXPECTED_EOF_WHILE_READING)
+        type = SSLEOFError;
+    char message[256]; /* filled from OpenSSL's own constant strings, truncated by snprintf */
+    snprintf(message, sizeof message, "[%s] %s (tls_records)", library ? library : "SSL",
+             reason ? reason : "unknown error");
+    ERR_clear_error();
+    PyObject *exc = new_exception(type, code, message);
+    if (exc != NULL) {
+        PyObject *lib = PyUnicode_FromString(library ? library : "SSL");
+        PyObject *why = PyUnicode_FromString(reason ? reason : "unknown error");
+        if (lib == NULL || why == NULL || PyObject_SetAttrString(exc, "library", lib) < 0 ||
+            PyObject_SetAttrString(exc, "reason", why) < 0) {
+            Py_CLEAR(exc);
+        }
+        Py_XDECREF(lib);
+        Py_XDECREF(why);
+    }
+    return exc;
+}
+
+static void raise_exception(PyObject *exc)
+{
+    if (exc != NULL) {
+        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+        Py_DECREF(exc);
+    }
+}
+
+/* ---------------------------------------------------------------- Records */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *tls;    /* the ssl.SSLSocket */
+    PyObject *sslobj; /* its _ssl._SSLSocket, which owns the SSL * */
+    SSL *ssl;         /* NULL once closed */
+    OutBuf *out;      /* the sink's buffer, owned by the sink BIO, owned by ssl */
+    int fd;
+    Py_ssize_t held;  /* ciphertext the socket has not taken yet */
+} Records;
+
+static int type_is(PyTypeObject *type, const char *name)
+{
+    for (; type != NULL; type = type->tp_base)
+        if (strcmp(type->tp_name, name) == 0)
+            return 1;
+    return 0;
+}
+
+/* The descriptor of a Python socket object: the first field after the object header (PySocketSockObject). */
+static int socket_fd(PyObject *sock)
+{
+    return *(int *)((char *)sock + sizeof(PyObject));
+}
+
+/* Send what is held, with one send(); 0, or -1 with an OSError set. */
+static int send_held(Records *self)
+{
+    OutBuf *out = self->out;
+    while (out->end > out->start) {
+        if (socket_fd(self->tls) != self->fd) {
+            PyErr_SetString(PyExc_OSError, "the socket was closed under the TLS records");
+            return -1;
+        }
+        ssize_t sent = send(self->fd, out->data + out->start, out->end - out->start, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (sent < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                break;
+            PyErr_SetFromErrno(PyExc_OSError);
+            return -1;
+        }
+        out->start += (size_t)sent;
+        break; /* a short send means the socket is full: the next would only hear EAGAIN */
+    }
+    if (out->start == out->end) {
+        out->start = out->end = 0;
+        if (out->cap > OUT_KEEP)
+            out_release(out);
+    }
+    self->held = (Py_ssize_t)(out->end - out->start);
+    return 0;
+}
+
+static int check_open(Records *self)
+{
+    if (self->ssl == NULL) {
+        PyErr_SetString(PyExc_ValueError, "the TLS records are closed");
+        return -1;
+    }
+    if (socket_fd(self->tls) != self->fd) {
+        PyErr_SetString(PyExc_OSError, "the socket was closed under the TLS records");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *Records_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"tls", "sslobj", "context", "options", "verify_mode", NULL};
+    PyObject *tls, *sslobj, *context;
+    unsigned long long options;
+    int verify_mode;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOKi", keywords, &tls, &sslobj, &context, &options,
+                                     &verify_mode))
+        return NULL;
+    if (!type_is(Py_TYPE(tls), "_socket.socket") || !type_is(Py_TYPE(sslobj), "_ssl._SSLSocket") ||
+        !type_is(Py_TYPE(context), "_ssl._SSLContext")) {
+        PyErr_SetString(PyExc_TypeError, "an ssl.SSLSocket, its _ssl object and its context are needed");
+        return NULL;
+    }
+    PyObject *inner = PyObject_GetAttrString(tls, "_sslobj");
+    if (inner == NULL)
+        PyErr_Clear();
+    Py_XDECREF(inner); /* compared by identity only: tls keeps it alive */
+    if (inner != sslobj) {
+        PyErr_SetString(PyExc_TypeError, "sslobj is not the _ssl object of tls");
+        return NULL;
+    }
+    int fd = socket_fd(tls);
+    PyObject **slots = (PyObject **)((char *)sslobj + sizeof(PyObject)); /* Socket, ssl, ctx */
+    SSL_CTX *ctx = *(SSL_CTX **)((char *)context + sizeof(PyObject));
+    if (fd < 0 || slots[2] != context || ctx == NULL || SSL_CTX_get_options(ctx) != options ||
+        SSL_CTX_get_verify_mode(ctx) != verify_mode) {
+        PyErr_SetString(PyExc_ValueError, "the _ssl object's layout is not the one expected");
+        return NULL;
+    }
+    SSL *ssl = (SSL *)slots[1];
+    if (ssl == NULL || SSL_get_SSL_CTX(ssl) != ctx || SSL_get_fd(ssl) != fd ||
+        SSL_get_rbio(ssl) != SSL_get_wbio(ssl) || BIO_method_type(SSL_get_wbio(ssl)) != BIO_TYPE_SOCKET) {
+        PyErr_SetString(PyExc_ValueError, "the SSL of this socket is not the one expected");
+        return NULL;
+    }
+    BIO *sink = BIO_new(sink_method);
+    if (sink == NULL)
+        return PyErr_NoMemory();
+    Records *self = (Records *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        BIO_free(sink);
+        return NULL;
+    }
+    SSL_set0_wbio(ssl, sink); /* the SSL owns the sink from now on (and drops its second socket BIO reference) */
+    Py_INCREF(tls);
+    Py_INCREF(sslobj);
+    self->tls = tls;
+    self->sslobj = sslobj;
+    self->ssl = ssl;
+    self->out = BIO_get_data(sink);
+    self->fd = fd;
+    self->held = 0;
+    return (PyObject *)self;
+}
+
+static void Records_dealloc(Records *self)
+{
+    self->ssl = NULL;
+    Py_CLEAR(self->sslobj);
+    Py_CLEAR(self->tls);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+PyDoc_STRVAR(read_doc, "read(limit) -> (bytes | None, status, error | None): plaintext until WANT_READ, EOF, the "
+                       "limit or a short record with nothing more held (see the module docstring).");
+
+static PyObject *Records_read(Records *self, PyObject *arg)
+{
+    Py_ssize_t limit = PyLong_AsSsize_t(arg);
+    if (limit == -1 && PyErr_Occurred())
+        return NULL;
+    if (limit < 1 || limit > READ_MAX) {
+        PyErr_Format(PyExc_ValueError, "read limit %zd out of 1..%d", limit, READ_MAX);
+        return NULL;
+    }
+    if (check_open(self) < 0)
+        return NULL;
+    Py_ssize_t cap = limit < FULL_RECORD ? limit : FULL_RECORD;
+    PyObject *buffer = PyBytes_FromStringAndSize(NULL, cap);
+    if (buffer == NULL)
+        return NULL;
+    Py_ssize_t total = 0;
+    int status = READ_AGAIN;
+    PyObject *error = NULL;
+    ERR_clear_error();
+    for (;;) {
+        if (total == cap) {
+            if (cap >= limit) {
+                status = READ_MORE;
+                break;
+            }
+            cap = limit; /* more than one full record: room for the rest of the limit at once */
+            if (_PyBytes_Resize(&buffer, cap) < 0)
+                return NULL;
+        }
+        size_t room = (size_t)(cap - total), got = 0;
+        errno = 0;
+        int ok = SSL_read_ex(self->ssl, PyBytes_AS_STRING(buffer) + total, room, &got);
+        int saved_errno = errno;
+        if (ok) {
+            if (got == 0 || got > room) { /* never: OpenSSL returns 1 to 'room' bytes on success */
+                Py_DECREF(buffer);
+                PyErr_SetString(PyExc_SystemError, "SSL_read_ex returned a length out of its bounds");
+                return NULL;
+            }
+            total += (Py_ssize_t)got;
+            if (got < (room < FULL_RECORD ? room : FULL_RECORD) && !SSL_has_pending(self->ssl))
+                break; /* the end of the peer's write, likely, and nothing held: no read only to hear EAGAIN */
+            continue;
+        }
+        int code = SSL_get_error(self->ssl, ok);
+        if (code == SSL_ERROR_WANT_READ) {
+            ERR_clear_error();
+            break;
+        }
+        if (code == SSL_ERROR_WANT_WRITE) {
+            ERR_clear_error();
+            status = READ_WANTS_WRITE;
+        } else if (code == SSL_ERROR_ZERO_RETURN) {
+            ERR_clear_error();
+            status = READ_EOF;
+        } else {
+            status = READ_FAILED;
+            error = ssl_exception(code, saved_errno);
+            if (error == NULL) {
+                Py_DECREF(buffer);
+                return NULL;
+            }
+        }
+        break;
+    }
+    if (self->out->end > self->out->start && send_held(self) < 0) { /* an answer to a post-handshake message */
+        if (error == NULL) {
+            PyObject *type, *value, *traceback;
+            PyErr_Fetch(&type, &value, &traceback);
+            PyErr_NormalizeException(&type, &value, &traceback);
+            Py_XDECREF(type);
+            Py_XDECREF(traceback);
+            error = value;
+            status = READ_FAILED;
+        } else {
+            PyErr_Clear();
+        }
+    }
+    PyObject *data;
+    if (total == 0) {
+        Py_DECREF(buffer);
+        data = Py_NewRef(Py_None);
+    } else {
+        if (total < cap && _PyBytes_Resize(&buffer, total) < 0) {
+            Py_XDECREF(error);
+            return NULL;
+        }
+        data = buffer;
+    }
+    return Py_BuildValue("(NiN)", data, status, error != NULL ? error : Py_NewRef(Py_None));
+}
+
+PyDoc_STRVAR(write_doc, "write(data) -> held: encrypt all of data (or raise, as SSLObject.write does) and send "
+                        "what is held with one send(); the ciphertext the socket did not take.");
+
+static PyObject *Records_write(Records *self, PyObject *arg)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (check_open(self) < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    PyObject *error = NULL;
+    if (view.len > 0 && self->held > 0) {
+        /* The socket is full: the plaintext waits in Python (as it would behind a socket BIO's WANT_WRITE) rather
+         * than being encrypted behind what is held, which would cost a send() only to hear EAGAIN and moving the
+         * held bytes to make room. */
+        PyBuffer_Release(&view);
+        raise_exception(new_exception(SSLWantWriteError, SSL_ERROR_WANT_WRITE, "The socket is full (write)"));
+        return NULL;
+    }
+    if (view.len > 0) {
+        size_t written = 0;
+        /* Room for all the records at once (a record adds at most RECORD_OVERHEAD): no growth while encrypting. */
+        size_t records = (size_t)view.len / FULL_RECORD + 1;
+        if ((size_t)view.len < OUT_MAX && !out_reserve(self->out, (size_t)view.len + records * RECORD_OVERHEAD)) {
+            PyBuffer_Release(&view);
+            errno = ENOBUFS; /* an OSError: the transport fails the connection */
+            return PyErr_SetFromErrno(PyExc_OSError);
+        }
+        ERR_clear_error();
+        errno = 0;
+        int ok = SSL_write_ex(self->ssl, view.buf, (size_t)view.len, &written);
+        int saved_errno = errno;
+        if (!ok) {
+            error = ssl_exception(SSL_get_error(self->ssl, ok), saved_errno);
+            if (error == NULL) {
+                PyBuffer_Release(&view);
+                return NULL;
+            }
+        }
+    }
+    PyBuffer_Release(&view);
+    if (send_held(self) < 0) {
+        if (error == NULL)
+            return NULL;
+        PyErr_Clear(); /* OpenSSL's refusal is the one the caller must act on */
+    }
+    if (error != NULL) {
+        raise_exception(error);
+        return NULL;
+    }
+    return PyLong_FromSsize_t(self->held);
+}
+
+PyDoc_STRVAR(flush_doc, "flush() -> held: send what is held with one send(); what the socket did not take.");
+
+static PyObject *Records_flush(Records *self, PyObject *Py_UNUSED(ignored))
+{
+    if (check_open(self) < 0 || send_held(self) < 0)
+        return NULL;
+    return PyLong_FromSsize_t(self->held);
+}
+
+PyDoc_STRVAR(shutdown_doc, "shutdown() -> bool: send close_notify (queued behind what is held); True once the "
+                           "peer's close_notify has arrived too.");
+
+static PyObject *Records_shutdown(Records *self, PyObject *Py_UNUSED(ignored))
+{
+    if (check_open(self) < 0)
+        return NULL;
+    ERR_clear_error();
+    errno = 0;
+    int done = SSL_shutdown(self->ssl);
+    int saved_errno = errno;
+    PyObject *error = NULL;
+    if (done < 0) {
+        int code = SSL_get_error(self->ssl, done);
+        if (code == SSL_ERROR_WANT_READ || code == SSL_ERROR_WANT_WRITE) {
+            ERR_clear_error();
+            done = 0;
+        } else if ((error = ssl_exception(code, saved_errno)) == NULL) {
+            return NULL;
+        }
+    }
+    if (send_held(self) < 0) {
+        if (error == NULL)
+            return NULL;
+        PyErr_Clear();
+    }
+    if (error != NULL) {
+        raise_exception(error);
+        return NULL;
+    }
+    return PyBool_FromLong(done == 1);
+}
+
+PyDoc_STRVAR(close_doc, "close(): forget the SSL; every later call raises ValueError. What is held is dropped.");
+
+static PyObject *Records_close(Records *self, PyObject *Py_UNUSED(ignored))
+{
+    if (self->ssl != NULL) {
+        self->out->start = self->out->end = 0;
+        self->held = 0;
+        self->ssl = NULL;
+        self->out = NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef Records_methods[] = {
+    {"read", (PyCFunction)Records_read, METH_O, read_doc},
+    {"write", (PyCFunction)Records_write, METH_O, write_doc},
+    {"flush", (PyCFunction)Records_flush, METH_NOARGS, flush_doc},
+    {"shutdown", (PyCFunction)Records_shutdown, METH_NOARGS, shutdown_doc},
+    {"close", (PyCFunction)Records_close, METH_NOARGS, close_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef Records_members[] = {
+    {"held", T_PYSSIZET, offsetof(Records, held), READONLY, "ciphertext bytes the socket has not taken yet"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject RecordsType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ambit.native._tls_records.Records",
+    .tp_basicsize = sizeof(Records),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = PyDoc_STR("Records(tls, sslobj, context, options, verify_mode): the record path of one SSLSocket."),
+    .tp_new = Records_new,
+    .tp_dealloc = (destructor)Records_dealloc,
+    .tp_methods = Records_methods,
+    .tp_members = Records_members,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "_tls_records",
+    .m_doc = "TLS records read and written in C (see tls_records.c).",
+    .m_size = -1,
+};
+
+PyMODINIT_FUNC PyInit__tls_records(void)
+{
+    if (sink_method == NULL) {
+        int index = BIO_get_new_index();
+        BIO_METHOD *method = index < 0 ? NULL : BIO_meth_new(index | BIO_TYPE_SOURCE_SINK, "ambit record sink");
+        if (method == NULL || !BIO_meth_set_write_ex(method, sink_write_ex) || !BIO_meth_set_ctrl(method, sink_ctrl) ||
+            !BIO_meth_set_create(method, sink_create) || !BIO_meth_set_destroy(method, sink_destroy)) {
+            BIO_meth_free(method);
+            PyErr_SetString(PyExc_ImportError, "cannot make the record sink's BIO method");
+            return NULL;
+        }
+        sink_method = method;
+    }
+    PyObject *ssl_module = PyImport_ImportModule("_ssl");
+    if (ssl_module == NULL)
+        return NULL;
+    SSLError = PyObject_GetAttrString(ssl_module, "SSLError");
+    SSLWantReadError = PyObject_GetAttrString(ssl_module, "SSLWantReadError");
+    SSLWantWriteError = PyObject_GetAttrString(ssl_module, "SSLWantWriteError");
+    SSLZeroReturnError = PyObject_GetAttrString(ssl_module, "SSLZeroReturnError");
+    SSLEOFError = PyObject_GetAttrString(ssl_module, "SSLEOFError");
+    Py_DECREF(ssl_module);
+    if (!SSLError || !SSLWantReadError || !SSLWantWriteError || !SSLZeroReturnError || !SSLEOFError)
+        return NULL;
+    if (PyType_Ready(&RecordsType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "Records", (PyObject *)&RecordsType) < 0 ||
+        PyModule_AddIntConstant(m, "READ_AGAIN", READ_AGAIN) < 0 ||
+        PyModule_AddIntConstant(m, "READ_MORE", READ_MORE) < 0 ||
+        PyModule_AddIntConstant(m, "READ_WANTS_WRITE", READ_WANTS_WRITE) < 0 ||
+        PyModule_AddIntConstant(m, "READ_EOF", READ_EOF) < 0 ||
+        PyModule_AddIntConstant(m, "READ_FAILED", READ_FAILED) < 0 ||
+        PyModule_AddObject(m, "OPENSSL_VERSION_NUMBER", PyLong_FromUnsignedLong(OpenSSL_version_num())) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,140 @@
+"""Peers for the tests of TLS on the socket itself (``test_tls_socket_transport.py``, ``test_tls_native_records.py``):
+a protocol that records what arrives, a loopback TCP pair, a client handshake driven by hand over memory BIOs (so a
+test can stop it anywhere or send what no TLS stack would), and either end of a connection on either transport.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import socket
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+
+from ambit.identity.localca import LocalCa
+from ambit.model.identity import SpiffeId
+from ambit.tls.socket_transport import TlsSocketTransport, TlsTransportKind, open_tls
+from ambit.tls.workload import WorkloadCertificate
+
+TD = "cluster.local"
+CLIENT = SpiffeId(TD, "client-ns", "client-sa")
+SERVER = SpiffeId(TD, "server-ns", "server-sa")
+
+
+@dataclass
+class Certs:
+    client: WorkloadCertificate
+    server: WorkloadCertificate
+
+
+async def make_certs(directory: Path) -> Certs:
+    ca = LocalCa(directory / "ca", trust_domain=TD)
+    client, server = await asyncio.gather(ca.fetch_certificate(CLIENT), ca.fetch_certificate(SERVER))
+    return Certs(client, server)
+
+
+class Sink(asyncio.Protocol):
+    """Keeps what arrives; pauses its own reading when told to; says how the connection ended."""
+
+    def __init__(self, *, read: bool = True) -> None:
+        self.received = bytearray()
+        self.count = 0
+        self._arrived = asyncio.Event()
+        self.digest = hashlib.sha256()
+        self.eof = False
+        self.paused_writing = 0
+        self.resumed_writing = 0
+        self.writable = asyncio.Event()
+        self.writable.set()
+        self.lost: asyncio.Future[Exception | None] = asyncio.get_running_loop().create_future()
+        self._read = read
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        if not self._read:
+            transport.pause_reading()
+
+    def data_received(self, data: bytes) -> None:
+        self.digest.update(data)
+        self.received += data[:64]  # the digest counts; the head is enough to look at
+        self.count += len(data)
+        self._arrived.set()
+
+    async def reached(self, count: int) -> None:
+        """Until ``count`` bytes have arrived."""
+        while self.count < count:
+            self._arrived.clear()
+            await self._arrived.wait()
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        return False
+
+    def pause_writing(self) -> None:
+        self.paused_writing += 1
+        self.writable.clear()
+
+    def resume_writing(self) -> None:
+        self.resumed_writing += 1
+        self.writable.set()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.lost.done():
+            self.lost.set_result(exc)
+
+
+async def tcp_pair() -> tuple[socket.socket, socket.socket]:
+    loop = asyncio.get_running_loop()
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        listener.setblocking(False)
+        client = socket.socket()
+        client.setblocking(False)
+        accepting = loop.create_task(loop.sock_accept(listener))
+        await loop.sock_connect(client, listener.getsockname())
+        server, _ = await accepting
+    return client, server
+
+
+async def tls_end(
+    kind: TlsTransportKind, sock: socket.socket, context: ssl.SSLContext, protocol: Sink, *, server_side: bool
+) -> asyncio.Transport:
+    if kind == "socket":
+        transport, _ = await open_tls(lambda: protocol, sock, context, server_side=server_side, handshake_timeout=5)
+        return transport
+    loop = asyncio.get_running_loop()
+    if server_side:
+        loop_transport, _ = await loop.connect_accepted_socket(lambda: protocol, sock, ssl=context)
+    else:
+        loop_transport, _ = await loop.create_connection(lambda: protocol, sock=sock, ssl=context, server_hostname="")
+    return loop_transport
+
+
+async def hand_handshake(sock: socket.socket, context: ssl.SSLContext) -> tuple[ssl.SSLObject, ssl.MemoryBIO]:
+    """The client handshake driven by hand over memory BIOs; the object and its outgoing BIO."""
+    loop = asyncio.get_running_loop()
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = context.wrap_bio(incoming, outgoing)
+    while True:
+        try:
+            tls.do_handshake()
+            break
+        except ssl.SSLWantReadError:
+            if out := outgoing.read():
+                await loop.sock_sendall(sock, out)
+            data = await loop.sock_recv(sock, 65536)
+            if not data:
+                raise ConnectionError("the server closed the handshake") from None
+            incoming.write(data)
+    if out := outgoing.read():
+        await loop.sock_sendall(sock, out)
+    return tls, outgoing
+
+
+async def served(certs: Certs, server: socket.socket, protocol: Sink) -> TlsSocketTransport:
+    transport, _ = await open_tls(
+        lambda: protocol, server, certs.server.server_context(), server_side=True, handshake_timeout=5
+    )
+    return transport

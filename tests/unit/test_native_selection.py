@@ -1,0 +1,47 @@
+"""``ambit.native.select``: what ``AMBIT_NATIVE`` asks for, and what a process gets."""
+
+from __future__ import annotations
+
+import pytest
+
+from ambit import native
+
+
+def test_zero_selects_the_pure_python_path_whether_or_not_the_extension_is_built() -> None:
+    chosen = native.select({"AMBIT_NATIVE": "0"})
+    assert chosen.tls_records is None and chosen.name == "python"
+    assert "AMBIT_NATIVE=0" in chosen.describe()
+
+
+def test_unset_uses_the_extension_when_it_loads_and_falls_back_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:
+    module, _ = native.load_tls_records()
+    assert native.select({}).tls_records is module
+    monkeypatch.setattr(native, "load_tls_records", lambda: (None, "not built"))
+    fallback = native.select({"AMBIT_NATIVE": ""})
+    assert fallback.tls_records is None and fallback.describe() == "python (not built)"
+
+
+def test_one_without_a_usable_extension_is_an_error_at_start_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(native, "load_tls_records", lambda: (None, "not built"))
+    with pytest.raises(native.NativeError, match=r"AMBIT_NATIVE=1 .*not built"):
+        native.select({"AMBIT_NATIVE": "1"})
+
+
+@pytest.mark.parametrize("value", ["yes", "true", "2", " 1"])
+def test_anything_but_zero_or_one_is_refused(value: str) -> None:
+    with pytest.raises(native.NativeError, match="expected 0"):
+        native.select({"AMBIT_NATIVE": value})
+
+
+def test_the_process_selection_is_made_once_and_can_be_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AMBIT_NATIVE", "0")
+    native.use(None)
+    try:
+        first = native.selection()
+        monkeypatch.setenv("AMBIT_NATIVE", "bogus")  # read once: later changes do not count
+        assert native.selection() is first and first.tls_records is None
+        forced = native.NativeSelection(None, "forced")
+        native.use(forced)
+        assert native.selection() is forced
+    finally:
+        native.use(None)
