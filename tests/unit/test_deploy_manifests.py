@@ -218,6 +218,18 @@ def test_lab_overlay_changes_only_the_pull_policy_the_control_plane_address_dry_
     address = f"{service['spec']['clusterIP']}:15012"
     assert env["CA_ADDRESS"] == env["XDS_ADDRESS"] == address
     assert env["SECRET_TTL"] == "2m"
+    # The overlay patches variables by position: a variable inserted before them would be overwritten silently.
+    assert env["HBONE_TLS_TRANSPORT"] == "socket"
+
+
+def test_no_container_names_an_environment_variable_twice() -> None:
+    # Kubernetes keeps the last of two equal names: a positional patch gone wrong shows up as a duplicate.
+    for kustomization in KUSTOMIZATIONS:
+        for kind in ("Deployment", "DaemonSet"):
+            for doc in of_kind(kind, kustomization):
+                for c in doc["spec"]["template"]["spec"]["containers"]:
+                    names = [e["name"] for e in c.get("env", [])]
+                    assert len(names) == len(set(names)), f"{_id(doc)}: {sorted(names)}"
 
 
 # -- the image: one name, one Containerfile ----------------------------------------------------------------------
