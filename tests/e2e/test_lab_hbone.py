@@ -8,6 +8,7 @@ node 2 and a client on node 1. Each server pod runs http-echo (8080), tcp-echo (
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -332,6 +333,10 @@ def test_the_node_proxy_config_dump_shows_workloads_and_certificates(mesh: Mesh)
     identities = {c["identity"] for c in dump["certificates"]}
     assert f"spiffe://cluster.local/ns/{AMBIENT}/sa/default" in identities
     assert re.match(r"\d{4}-", dump["certificates"][0]["certChain"][0]["expirationTime"])
+    # The lab runs the deployed DaemonSet: HBONE on the socket transport, with the native TLS records in CI.
+    assert dump["config"]["tlsTransport"] == "socket", dump["config"]
+    if os.environ.get("CI") == "true":
+        assert dump["config"]["tlsRecords"].startswith("native"), dump["config"]
 
 
 def test_nodejs_http2_stack_tunnels_through_15008_with_a_workload_certificate(mesh: Mesh, tmp_path: Any) -> None:
