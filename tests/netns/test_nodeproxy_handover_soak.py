@@ -24,10 +24,21 @@ from pathlib import Path
 
 import pytest
 from tests.faults.soak_streams import Sequence
-from tests.netns.nodeproxy_rig import ECHO_PORT, POD_IP, DrainRig, Proxy, add_pod, drain_rig, echo
+from tests.netns.nodeproxy_rig import (
+    CLIENT_ID,
+    ECHO_PORT,
+    POD_ID,
+    POD_IP,
+    DrainRig,
+    Proxy,
+    add_pod,
+    drain_rig,
+    echo,
+)
 
 from ambit.proxy.hbone_client import HboneClient
 from ambit.proxy.hbone_stream import HboneStream
+from ambit.proxy.pool import ConnectionPool, PoolKey
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(300)]
 
@@ -97,19 +108,28 @@ class Verified:
 
 
 async def new_connections(rig: DrainRig, stop: asyncio.Event, outcomes: list[str]) -> None:
+    """A connection per tunnel, dialled the way a node proxy's pool dials (one stream per connection, closed when
+    it ends): a connection the old proxy accepted just before it was told to drain gets its GOAWAY before the
+    CONNECT is sent, and the pool opens the tunnel on a fresh connection, as ztunnel's does. Anything else that
+    fails is counted."""
+    pool = ConnectionPool(max_streams=1, idle_timeout=0)
+    key = PoolKey(CLIENT_ID, frozenset({POD_ID}), "client", (POD_IP, 15008))
     n = 0
-    while not stop.is_set():
-        try:
-            client = await rig.hbone_client()
+    try:
+        while not stop.is_set():
             try:
-                await echo(await rig.tunnel(client), f"new connection {n}".encode())
-            finally:
-                await client.aclose()
-            outcomes.append("ok")
-        except Exception as exc:  # counted: the test asserts none
-            outcomes.append(f"{type(exc).__name__}: {exc}")
-        n += 1
-        await asyncio.sleep(NEW_EVERY)
+                stream = await pool.open_tunnel(key, f"{POD_IP}:{ECHO_PORT}", [], rig.hbone_client)
+                try:
+                    await echo(stream, f"new connection {n}".encode())
+                finally:
+                    await stream.aclose()
+                outcomes.append("ok")
+            except Exception as exc:  # counted: the test asserts none
+                outcomes.append(f"{type(exc).__name__}: {exc}")
+            n += 1
+            await asyncio.sleep(NEW_EVERY)
+    finally:
+        await pool.aclose()
 
 
 async def test_tunnels_outlive_three_hand_overs_in_a_row_byte_for_byte_and_no_new_connection_fails(
