@@ -204,6 +204,8 @@ def _report(plane: Any, top: int, path: Path) -> None:
 
 def _write_report(plane: Any, top: int, out: TextIO) -> None:
     gc.collect()
+    if os.environ.get("CPMEM_CHAIN_KEY"):
+        _print_chain(os.environ["CPMEM_CHAIN_KEY"], out)
     snapshot = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
     traced, peak = tracemalloc.get_traced_memory()
     print(f"\n=== tracemalloc: {traced / MIB:,.1f} MiB traced (peak {peak / MIB:,.1f} MiB)", file=out)
@@ -233,6 +235,69 @@ def _write_report(plane: Any, top: int, out: TextIO) -> None:
     print("--- reachable size (sys.getsizeof, each object counted once, in this order)", file=out)
     for name, root in tables.items():
         print(f"{_reachable_mib(root, seen):9.1f} MiB {name}", file=out)
+    top_line = snapshot.statistics("lineno")[0].traceback[0]
+    where = top_line.filename.replace(str(REPO) + "/", "")
+    print(f"--- live blocks from {where}:{top_line.lineno} (the top line) by holder", file=out)
+    for (holder, held), (count, size) in _held_from(top_line.filename, top_line.lineno)[:top]:
+        print(f"{size / MIB:9.1f} MiB {count:10,} {held} in {holder}", file=out)
+    if tracemalloc.get_traceback_limit() > 1:
+        print("--- the top line's allocations by call stack (CPMEM_FRAMES deep)", file=out)
+        at_top = snapshot.filter_traces([tracemalloc.Filter(True, top_line.filename, top_line.lineno)])
+        for stat in at_top.statistics("traceback")[:5]:
+            print(f"{stat.size / MIB:9.1f} MiB {stat.count:10,}", file=out)
+            for frame in stat.traceback:
+                print(f"        {frame.filename.replace(str(REPO) + '/', '')}:{frame.lineno}", file=out)
+
+
+def _print_chain(key: str, out: TextIO, depth: int = 8) -> None:
+    """What keeps a mapping with ``key`` alive: its referrers, and theirs, ``depth`` levels up (the first of each)."""
+    sample = next((o for o in gc.get_objects() if isinstance(o, dict) and isinstance(o.get(key), str)), None)
+    print(f"--- what holds a mapping with {key!r}", file=out, flush=True)
+    here: list[Any] = [] if sample is None else [sample]
+    for level in range(depth):
+        if not here:
+            break
+        obj = here[0]
+        keys = list(obj)[:6] if isinstance(obj, dict) else ""
+        print(f"  {level}: {type(obj).__module__}.{type(obj).__qualname__} {keys}", file=out, flush=True)
+        here = [r for r in gc.get_referrers(obj) if r is not here and not isinstance(r, types.FrameType)]
+
+
+def _held_from(filename: str, lineno: int) -> list[tuple[tuple[str, str], list[int]]]:
+    """The objects allocated at ``filename:lineno`` that are alive, grouped by what refers to them: the type of the
+    referring container (a mapping's key too, when it is a string) and their own type, most bytes first. Containers
+    the collector does not track (a dict of strings only) are looked into from the tracked ones that hold them."""
+    found: dict[tuple[str, str], list[int]] = collections.defaultdict(lambda: [0, 0])
+    seen: set[int] = set()
+    counted: set[int] = set()
+
+    def from_line(obj: Any) -> bool:
+        trace = tracemalloc.get_object_traceback(obj)
+        return trace is not None and trace[-1].filename == filename and trace[-1].lineno == lineno
+
+    def visit(holder: Any) -> None:
+        pairs: Any = holder.items() if isinstance(holder, dict) else ((None, r) for r in gc.get_referents(holder))
+        for key, item in pairs:
+            if isinstance(holder, dict) and isinstance(key, str) and from_line(key):
+                tally(f"dict keys of {type(holder).__name__}", key)
+            if from_line(item):
+                label = f"dict[{key!r}]" if isinstance(key, str) and len(key) < 40 else type(holder).__name__
+                tally(label, item)
+            if isinstance(item, (dict, list, tuple)) and not gc.is_tracked(item) and id(item) not in seen:
+                seen.add(id(item))
+                visit(item)
+
+    def tally(label: str, item: Any) -> None:
+        if id(item) in counted:  # a shared value (an interned string) counts once, under its first holder
+            return
+        counted.add(id(item))
+        entry = found[(label, type(item).__name__)]
+        entry[0] += 1
+        entry[1] += sys.getsizeof(item)
+
+    for obj in gc.get_objects():
+        visit(obj)
+    return sorted(found.items(), key=lambda kv: -kv[1][1])
 
 
 def _inside(argv: list[str]) -> None:
@@ -240,7 +305,7 @@ def _inside(argv: list[str]) -> None:
     from ambit.cli.main import main as ambit
     from ambit.controlplane import process
 
-    tracemalloc.start(1)
+    tracemalloc.start(int(os.environ.get("CPMEM_FRAMES", "1")))
     planes: list[Any] = []
     original = process.ControlPlane.__init__
 

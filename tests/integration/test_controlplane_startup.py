@@ -90,3 +90,15 @@ async def test_the_control_plane_starts_without_istio_system_and_creates_what_it
                 await xds.aclose()
         finally:
             await plane.aclose()
+
+
+async def test_the_node_authorization_reads_the_views_pod_cache_not_a_second_one(tmp_path: Path) -> None:
+    settings = ApiServerSettings(data_dir=tmp_path / "api", port=0, crd_dir=None)
+    async with ApiServer(settings) as server, KubeClient.from_kubeconfig(server.kubeconfig) as client:
+        plane = ControlPlane(
+            ControlPlaneSettings(kubeconfig=server.kubeconfig, host="127.0.0.1", port=0, webhook_port=None),
+            client,
+        )
+        # Before the start both are empty: an empty informer must not read as "no informer given".
+        assert plane.pods.informer is plane.view.informer(kinds.PODS)
+        assert plane.pods.informer.transform is not None, "the view's cache keeps only the fields its readers read"

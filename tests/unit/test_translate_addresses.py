@@ -94,6 +94,23 @@ def test_the_same_inputs_give_the_same_versions() -> None:
     assert render_addresses("serviceentry_selector") == render_addresses("serviceentry_selector")
 
 
+@pytest.mark.parametrize("case", CASES)
+def test_a_table_of_encodings_serves_the_resources_a_table_of_messages_serves_and_holds_each_once(case: str) -> None:
+    by_kind: dict[str, list[dict[str, Any]]] = {name: [] for name in KINDS.values()}
+    for doc in yaml.safe_load_all((GOLDEN / f"{case}-in.yaml").read_text()):
+        if doc:
+            by_kind[KINDS[doc["kind"]]].append(doc)
+    config = translate(**by_kind, **CASE_OPTIONS.get(case, {}))
+    encoded = addresses(config, encoded=True)
+    from_messages = AddressTable(addresses(config)).current.by_name
+    from_encodings = AddressTable(encoded).current.by_name
+    assert from_encodings.keys() == from_messages.keys()
+    for name, resource in from_encodings.items():
+        assert resource.wire == from_messages[name].wire and resource.parents == from_messages[name].parents
+        assert resource is encoded[name][1].resource, "the table keeps the encoding's own resource: one copy"
+        assert encoded[name][1].message() == addresses(config)[name][1]
+
+
 def render_authorizations(case: str) -> str:
     by_kind: dict[str, list[dict[str, Any]]] = {name: [] for name in KINDS.values()}
     for doc in yaml.safe_load_all((GOLDEN / f"{case}-in.yaml").read_text()):

@@ -82,6 +82,7 @@ from ambit.model.workload import (
     Workload,
 )
 from ambit.xds.errors import XdsConversionError
+from ambit.xds.session import XdsResource
 
 __all__ = [
     "ADDRESS_TYPE_URL",
@@ -499,15 +500,15 @@ def decode_address(name: str, body: any_pb2.Any) -> Workload | Service:
 
 
 class EncodedAddress:
-    """An Address as the control plane keeps it: its deterministic bytes and what the table indexes it by (its
-    aliases and parents); a message object costs ~3 KB, its bytes ~0.3 KB (issue 22)."""
+    """An Address as the control plane keeps it: the :class:`~ambit.xds.session.XdsResource` it is served as, made
+    once from its deterministic bytes (named by :func:`resource_name`, versioned by their hash, with its aliases and
+    parents). The address table serves this very resource (:class:`ambit.xds.table.AddressTable`), so the bytes are
+    held once; a message object costs ~3 KB, its bytes ~0.3 KB (issue 22)."""
 
-    __slots__ = ("aliases", "data", "parents")
+    __slots__ = ("resource",)
 
-    def __init__(self, data: bytes, aliases: tuple[str, ...], parents: tuple[str, ...]) -> None:
-        self.data = data
-        self.aliases = aliases
-        self.parents = parents
+    def __init__(self, resource: XdsResource) -> None:
+        self.resource = resource
 
     @classmethod
     def of(cls, address: pb.Address) -> tuple[str, EncodedAddress]:
@@ -515,16 +516,31 @@ class EncodedAddress:
         (:func:`ambit.controlplane.addresses.content_version`)."""
         data = address.SerializeToString(deterministic=True)
         version = hashlib.sha256(data).hexdigest()[:16]
-        return version, cls(data, address_aliases(address), address_parents(address))
+        body = any_pb2.Any(type_url=ADDRESS_TYPE_URL, value=data)
+        name = resource_name(address)
+        return version, cls(XdsResource.built(name, version, body, address_aliases(address), address_parents(address)))
+
+    @property
+    def data(self) -> bytes:
+        """The Address's deterministic bytes."""
+        return self.resource.body.value
+
+    @property
+    def aliases(self) -> tuple[str, ...]:
+        return self.resource.aliases
+
+    @property
+    def parents(self) -> tuple[str, ...]:
+        return self.resource.parents
 
     def message(self) -> pb.Address:
         return pb.Address.FromString(self.data)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, EncodedAddress) and self.data == other.data
+        return isinstance(other, EncodedAddress) and self.resource.wire == other.resource.wire
 
     def __hash__(self) -> int:
-        return hash(self.data)
+        return hash(self.resource.wire)
 
 
 def pack_address(address: pb.Address) -> any_pb2.Any:

@@ -10,7 +10,8 @@ whose version did not change, and tells every listener the set of names that wer
 and the same notification as a replace of the whole map.
 Listeners are plain callables run synchronously on the caller's thread (the event loop): the xDS server's
 per-client handler only records the names and wakes itself, so a replace never waits on a slow client. Packing into
-``Any`` happens here, once per resource version, not once per client.
+``Any`` happens here, once per resource version, not once per client; an Address already encoded as the resource it is
+served as (:class:`~ambit.xds.convert.EncodedAddress`) is taken as it is, so its bytes are held once.
 
 Invariants: ``current`` is replaced, never mutated in place, so a handler holding an old :class:`ResourceSet` sees a
 consistent snapshot; listeners are told only about real changes (same version = no notification).
@@ -85,6 +86,9 @@ class ResourceTable:
     def _parents(self, message: Any) -> tuple[str, ...]:
         return ()
 
+    def _resource(self, name: str, version: str, message: Any) -> XdsResource:
+        return XdsResource.built(name, version, self._pack(message), self._aliases(message), self._parents(message))
+
     def replace(self, resources: Mapping[str, tuple[str, Any]]) -> frozenset[str]:
         """Make ``resources`` (name → (version, message)) current; returns and announces the changed names."""
         old = self._current.by_name
@@ -95,9 +99,7 @@ class ResourceTable:
             if previous is not None and previous.version == version:
                 merged[name] = previous
                 continue
-            merged[name] = XdsResource.built(
-                name, version, self._pack(message), self._aliases(message), self._parents(message)
-            )
+            merged[name] = self._resource(name, version, message)
             changed.add(name)
         changed.update(name for name in old if name not in merged)
         if changed:
@@ -120,9 +122,7 @@ class ResourceTable:
             previous = old.get(name)
             if previous is not None and previous.version == version:
                 continue
-            built.append(
-                XdsResource.built(name, version, self._pack(message), self._aliases(message), self._parents(message))
-            )
+            built.append(self._resource(name, version, message))
             changed.add(name)
         gone = {name for name in removed if name in old and name not in upserts}
         changed.update(gone)
@@ -151,6 +151,13 @@ class AddressTable(ResourceTable):
 
     def _parents(self, message: Any) -> tuple[str, ...]:
         return message.parents if isinstance(message, EncodedAddress) else address_parents(message)
+
+    def _resource(self, name: str, version: str, message: Any) -> XdsResource:
+        if isinstance(message, EncodedAddress):
+            made = message.resource
+            if made.name == name and made.version == version:
+                return made  # the one the encoding holds: its bytes are kept once
+        return super()._resource(name, version, message)
 
 
 class AuthorizationTable(ResourceTable):

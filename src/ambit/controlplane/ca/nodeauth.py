@@ -196,7 +196,8 @@ class InformerPodIndex:
     def __init__(self, client: KubeClient, *, informer: Informer | None = None) -> None:
         self._client = client
         self._by_node: dict[NodeKey, dict[tuple[str, str], PodFacts]] = {}
-        self.informer = informer or Informer(client, PODS)
+        # Not `informer or ...`: an Informer is a sized collection, and one not yet started is empty, so falsy.
+        self.informer = informer if informer is not None else Informer(client, PODS)
         self.informer.add_handler(on_add=self._added, on_update=self._updated, on_delete=self._deleted)
 
     async def start(self) -> None:
