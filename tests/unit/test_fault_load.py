@@ -78,22 +78,38 @@ async def _echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
     writer.close()
 
 
-async def _run_streams(handler: Any, lifetime: float, for_seconds: float) -> list[dict[str, Any]]:
+class _StopAt(Recorder):
+    """Records, and sets ``stop`` once ``kind`` has been recorded ``count`` times: the tests end on what happened,
+    not on a timer a loaded machine can beat."""
+
+    def __init__(self, out: io.StringIO, stop: asyncio.Event, kind: str, count: int) -> None:
+        super().__init__(out)
+        self.stop, self.kind, self.left = stop, kind, count
+
+    def record(self, kind: str, target: Target, start: float, outcome: str, echoed: int, detail: str = "") -> None:
+        super().record(kind, target, start, outcome, echoed, detail)
+        if kind == self.kind:
+            self.left -= 1
+            if self.left == 0:
+                self.stop.set()
+
+
+async def _run_streams(handler: Any, lifetime: float, stop_at: tuple[str, int]) -> list[dict[str, Any]]:
     server, target = await _serve(handler)
     out = io.StringIO()
     stop = asyncio.Event()
-    asyncio.get_running_loop().call_later(for_seconds, stop.set)
     async with server:
-        await asyncio.wait_for(long_lived(target, "MARK", 2.0, lifetime, stop, Recorder(out)), for_seconds + 10)
+        await asyncio.wait_for(long_lived(target, "MARK", 5.0, lifetime, stop, _StopAt(out, stop, *stop_at)), 30)
     return [json.loads(line) for line in out.getvalue().splitlines()]
 
 
 async def test_a_stream_with_a_lifetime_closes_on_its_own_cleanly_and_the_next_one_opens() -> None:
-    records = await _run_streams(_echo, lifetime=0.5, for_seconds=1.3)
+    # Stopped once the third stream is up: the first two ended on their own, the third was stopped.
+    records = await _run_streams(_echo, lifetime=0.5, stop_at=("stream-up", 3))
     streams = [r for r in records if r["kind"] == "stream"]
     assert [r["outcome"] for r in streams] == ["ended", "ended", "ok"], streams
     assert all(r["echoed"] > 0 for r in streams)
-    assert 0.4 < streams[0]["end"] - streams[0]["start"] < 1.0
+    assert 0.45 < streams[0]["end"] - streams[0]["start"] < 5.0
 
 
 async def test_a_server_that_resets_a_stream_is_recorded_as_a_reset_not_as_an_end() -> None:
@@ -105,7 +121,7 @@ async def test_a_server_that_resets_a_stream_is_recorded_as_a_reset_not_as_an_en
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         writer.transport.abort()
 
-    records = await _run_streams(reset_after_a_line, lifetime=0.0, for_seconds=0.6)
+    records = await _run_streams(reset_after_a_line, lifetime=0.0, stop_at=("stream", 1))
     first = next(r for r in records if r["kind"] == "stream")
     assert first["outcome"] == "reset" and first["echoed"] == 64, first
 
@@ -118,6 +134,6 @@ async def test_a_server_that_talks_after_the_end_is_a_mismatch() -> None:
         await writer.drain()
         writer.close()
 
-    records = await _run_streams(chatty, lifetime=0.3, for_seconds=0.5)
+    records = await _run_streams(chatty, lifetime=0.3, stop_at=("stream", 1))
     first = next(r for r in records if r["kind"] == "stream")
     assert first["outcome"] == "mismatch" and "unexpected" in first["detail"], first
