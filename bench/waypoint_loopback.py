@@ -150,6 +150,7 @@ def run_child(spec: dict[str, object], profile: str | None) -> None:
         readiness_port=int(str(spec["readiness_port"])),
         upstream_hbone_port=int(str(spec["upstream_port"])),
         limits=WaypointLimits(drain_time=0.0),
+        tls_transport="socket" if spec.get("tls_transport") == "socket" else "loop",
     )
     profiler = cProfile.Profile(time.process_time) if profile else None
     if profiler is not None:
@@ -410,6 +411,7 @@ async def run(args: argparse.Namespace, directory: Path) -> list[Result]:
         "hbone_port": free_port(WAYPOINT_IP),
         "readiness_port": free_port(WAYPOINT_IP),
         "upstream_port": endpoint.port,
+        "tls_transport": args.tls_transport,
     }
     command = [sys.executable, "-m", "bench.waypoint_loopback", "--child", json.dumps(spec)]
     if args.profile:
@@ -448,6 +450,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0, help="at most this long per protocol")
     parser.add_argument("--tunnels", type=int, default=4)
     parser.add_argument("--protocols", default="http1,http2")
+    parser.add_argument(
+        "--tls-transport",
+        choices=("loop", "socket"),
+        default="loop",
+        help="the waypoint's HBONE TLS transport (socket: with the native TLS records when they load)",
+    )
     parser.add_argument("--profile", help="run the waypoint under cProfile, stats to this file")
     parser.add_argument("--top", type=int, default=0, help="with --profile: print the N entries of most own time")
     parser.add_argument("--child", help=argparse.SUPPRESS)

@@ -170,6 +170,7 @@ class Waypoint:
                 max_head_bytes=limits.max_head_bytes,
                 hostnames=hostname_resolver(settings),
                 me=me,
+                tls_transport=settings.tls_transport,
             ),
             metrics=self.metrics,
             request_log=RequestLog(as_json=settings.log_json, flows=self.flows),
@@ -385,6 +386,7 @@ class Waypoint:
                     self._certificate,
                     self.settings.trust_domain,
                     ticket,
+                    self.settings.tls_transport,
                 ),
                 name="waypoint hbone connection",
             )
