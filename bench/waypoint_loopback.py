@@ -1,11 +1,13 @@
 """The waypoint's CPU per request on loopback: ``ambit waypoint proxy`` as its own process, no lab, no root.
 
 ``.venv/bin/python -m bench.waypoint_loopback [--rate R] [--requests N] [--seconds S] [--tunnels T]
-[--protocols http1,http2] [--profile FILE]`` (``make bench-waypoint``) starts:
+[--protocols http1,http2] [--tls-transport loop|socket] [--profile FILE]`` (``make bench-waypoint``) starts:
 
 - the waypoint in a child process, configured as the integration rig configures it (a local config file and a
   local CA, :mod:`tests.integration.waypoint_rig`): its own event loop (uvloop, as the command runs it), its own
-  logging and access log (to ``/dev/null``), so its CPU is the waypoint's alone;
+  logging and access log (to ``/dev/null``), so its CPU is the waypoint's alone; both its HBONE legs on
+  ``--tls-transport`` (the loop's by default, as ``ambit waypoint proxy``; ``socket`` uses the native TLS records
+  when :mod:`ambit.native` loads them);
 - in this process, one endpoint (an HBONE server whose tunnels are answered by a tiny HTTP/1.1 server: every
   request gets a 1 KiB body) and a client: ``--tunnels`` HBONE tunnels to the echo Service's VIP through the
   waypoint, each carrying keep-alive HTTP/1.1 requests (``http1``) or one HTTP/2 connection with prior knowledge
