@@ -1,11 +1,13 @@
 """The waypoint's CPU per request on loopback: ``ambit waypoint proxy`` as its own process, no lab, no root.
 
 ``.venv/bin/python -m bench.waypoint_loopback [--rate R] [--requests N] [--seconds S] [--tunnels T]
-[--protocols http1,http2] [--profile FILE]`` (``make bench-waypoint``) starts:
+[--protocols http1,http2] [--tls-transport loop|socket] [--profile FILE]`` (``make bench-waypoint``) starts:
 
 - the waypoint in a child process, configured as the integration rig configures it (a local config file and a
   local CA, :mod:`tests.integration.waypoint_rig`): its own event loop (uvloop, as the command runs it), its own
-  logging and access log (to ``/dev/null``), so its CPU is the waypoint's alone;
+  logging and access log (to ``/dev/null``), so its CPU is the waypoint's alone; both its HBONE legs on
+  ``--tls-transport`` (the loop's by default, as ``ambit waypoint proxy``; ``socket`` uses the native TLS records
+  when :mod:`ambit.native` loads them);
 - in this process, one endpoint (an HBONE server whose tunnels are answered by a tiny HTTP/1.1 server: every
   request gets a 1 KiB body) and a client: ``--tunnels`` HBONE tunnels to the echo Service's VIP through the
   waypoint, each carrying keep-alive HTTP/1.1 requests (``http1``) or one HTTP/2 connection with prior knowledge
@@ -150,6 +152,7 @@ def run_child(spec: dict[str, object], profile: str | None) -> None:
         readiness_port=int(str(spec["readiness_port"])),
         upstream_hbone_port=int(str(spec["upstream_port"])),
         limits=WaypointLimits(drain_time=0.0),
+        tls_transport="socket" if spec.get("tls_transport") == "socket" else "loop",
     )
     profiler = cProfile.Profile(time.process_time) if profile else None
     if profiler is not None:
@@ -410,6 +413,7 @@ async def run(args: argparse.Namespace, directory: Path) -> list[Result]:
         "hbone_port": free_port(WAYPOINT_IP),
         "readiness_port": free_port(WAYPOINT_IP),
         "upstream_port": endpoint.port,
+        "tls_transport": args.tls_transport,
     }
     command = [sys.executable, "-m", "bench.waypoint_loopback", "--child", json.dumps(spec)]
     if args.profile:
@@ -448,6 +452,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0, help="at most this long per protocol")
     parser.add_argument("--tunnels", type=int, default=4)
     parser.add_argument("--protocols", default="http1,http2")
+    parser.add_argument(
+        "--tls-transport",
+        choices=("loop", "socket"),
+        default="loop",
+        help="the waypoint's HBONE TLS transport (socket: with the native TLS records when they load)",
+    )
     parser.add_argument("--profile", help="run the waypoint under cProfile, stats to this file")
     parser.add_argument("--top", type=int, default=0, help="with --profile: print the N entries of most own time")
     parser.add_argument("--child", help=argparse.SUPPRESS)

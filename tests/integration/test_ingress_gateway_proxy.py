@@ -60,6 +60,7 @@ from ambit.proxy.hbone_server import HboneServer, InboundRequest, TunnelResponde
 from ambit.proxy.sockets import HostSocketFactory, connect
 from ambit.proxy.streams import SocketStream
 from ambit.tls.certs import KeyPair, issue_server_cert, new_ca
+from ambit.tls.socket_transport import TlsTransportKind
 from ambit.waypoint.ingress import IngressGateway
 from ambit.waypoint.settings import WaypointSettings
 from ambit.waypoint.tcp import relay
@@ -244,8 +245,10 @@ class EchoEndpoint:
 
 
 @pytest.fixture
-async def gateway(tmp_path: Path) -> AsyncIterator[tuple[IngressGateway, EchoEndpoint, dict[str, KeyPair]]]:
-    async with started_gateway(tmp_path) as started:
+async def gateway(
+    tmp_path: Path, tls_transport: TlsTransportKind
+) -> AsyncIterator[tuple[IngressGateway, EchoEndpoint, dict[str, KeyPair]]]:
+    async with started_gateway(tmp_path, tls_transport=tls_transport) as started:
         yield started
 
 
@@ -257,8 +260,9 @@ async def dual_stack_gateway(tmp_path: Path) -> AsyncIterator[tuple[IngressGatew
 
 @contextlib.asynccontextmanager
 async def started_gateway(
-    tmp_path: Path, instance_ips: tuple[str, ...] = ()
+    tmp_path: Path, instance_ips: tuple[str, ...] = (), tls_transport: TlsTransportKind = "loop"
 ) -> AsyncIterator[tuple[IngressGateway, EchoEndpoint, dict[str, KeyPair]]]:
+    """The gateway, its upstream HBONE pool on ``tls_transport``, with an endpoint and a stand-in waypoint."""
     ca = LocalCa(tmp_path / "ca", trust_domain=TD)
     state = tmp_path / "mesh.yaml"
     state.write_text(render_local_config(mesh()), encoding="utf-8")
@@ -281,6 +285,7 @@ async def started_gateway(
         stats_port=free_port(),
         readiness_port=free_port(),
         upstream_hbone_port=endpoint.hbone_port,
+        tls_transport=tls_transport,
     )
     proc = IngressGateway(settings)
     certs = {"a": server_cert("a.example"), "b": server_cert("b.example")}

@@ -10,6 +10,7 @@ import pytest
 from tests.integration.waypoint_rig import CLIENT_IP, ECHO_VIP, HttpOverTunnel, Rig, started_rig
 
 from ambit.proxy.hbone_stream import HboneSession
+from ambit.tls.socket_transport import TlsTransportKind
 from ambit.waypoint.settings import WaypointLimits
 
 LIMITS = WaypointLimits(max_head_bytes=8 * 1024, head_timeout=0.5, sniff_timeout=0.5, startup_wait=5.0)
@@ -17,8 +18,8 @@ REQUESTS = 20
 
 
 @pytest.fixture
-async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
-    async with started_rig(tmp_path, LIMITS) as rig:
+async def rig(tmp_path: Path, tls_transport: TlsTransportKind) -> AsyncIterator[Rig]:
+    async with started_rig(tmp_path, LIMITS, tls_transport) as rig:
         yield rig
 
 

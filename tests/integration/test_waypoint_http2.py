@@ -53,6 +53,7 @@ from ambit.model.routes import (
 from ambit.proxy.hbone_client import HboneClient
 from ambit.proxy.hbone_stream import HboneStream
 from ambit.proxy.streams import SocketStream
+from ambit.tls.socket_transport import TlsTransportKind
 from ambit.waypoint.decisions import Decision, Forward, RequestHead
 from ambit.waypoint.settings import WaypointLimits
 from ambit.waypoint.sniff import H2_PREFACE
@@ -64,8 +65,8 @@ GRPC_TWO = BackendService("app", "grpc-two.app.svc.cluster.local", GRPC_PORT)
 
 
 @pytest.fixture
-async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
-    async with started_rig(tmp_path, LIMITS) as rig:
+async def rig(tmp_path: Path, tls_transport: TlsTransportKind) -> AsyncIterator[Rig]:
+    async with started_rig(tmp_path, LIMITS, tls_transport) as rig:
         yield rig
 
 

@@ -13,8 +13,9 @@ import re
 import socket
 import ssl
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.integration.waypoint_rig import (
@@ -37,7 +38,9 @@ from tests.integration.waypoint_rig import (
 
 from ambit.identity.localca import LocalCa
 from ambit.model.routes import BackendService, RouteTable, Timeouts, WaypointConfig, WeightedBackend
+from ambit.proxy import hbone_client, hbone_server
 from ambit.proxy.hbone_client import HboneConnectError, TunnelRefusedError
+from ambit.tls.socket_transport import TlsTransportKind
 from ambit.waypoint.decisions import Decision, Forward, RequestHead, Respond
 from ambit.waypoint.mirror import MAX_MIRROR_BODY
 from ambit.waypoint.process import Waypoint
@@ -47,8 +50,8 @@ LIMITS = WaypointLimits(max_head_bytes=8 * 1024, head_timeout=0.5, sniff_timeout
 
 
 @pytest.fixture
-async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
-    async with started_rig(tmp_path, LIMITS) as rig:
+async def rig(tmp_path: Path, tls_transport: TlsTransportKind) -> AsyncIterator[Rig]:
+    async with started_rig(tmp_path, LIMITS, tls_transport) as rig:
         yield rig
 
 
@@ -79,6 +82,30 @@ async def test_requests_on_one_keep_alive_tunnel_are_balanced_per_request_and_ge
     # upstream HTTP/1.1 connections were reused: one tunnel per endpoint for seven requests
     assert sorted(e.tunnels for e in rig.endpoints) == [1, 1]
     assert all(a.endswith(":8080") for e in rig.endpoints for a in e.authorities)
+    await stream.aclose()
+    await client.aclose()
+
+
+async def test_both_hbone_legs_of_the_waypoint_run_on_its_tls_transport(
+    rig: Rig, tls_transport: TlsTransportKind, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The listener's connection and the upstream pool's open TLS on the socket exactly when the settings say so
+    (the rig's own client and endpoints stay on the loop's transport)."""
+    opened: list[bool] = []
+
+    def counting(real: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        async def open_tls(*args: Any, server_side: bool, **kwargs: Any) -> Any:
+            opened.append(server_side)
+            return await real(*args, server_side=server_side, **kwargs)
+
+        return open_tls
+
+    monkeypatch.setattr(hbone_client, "open_tls", counting(hbone_client.open_tls))
+    monkeypatch.setattr(hbone_server, "open_tls", counting(hbone_server.open_tls))
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    status, _, body = await HttpOverTunnel(stream).request("GET", "/echo")
+    assert status == 200 and echo_of(body)["host"] == "echo.app.svc.cluster.local"
+    assert sorted(opened) == ([False, True] if tls_transport == "socket" else [])
     await stream.aclose()
     await client.aclose()
 

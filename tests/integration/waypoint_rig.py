@@ -51,6 +51,7 @@ from ambit.proxy.hbone_server import HboneServer, InboundRequest, TunnelResponde
 from ambit.proxy.hbone_stream import HboneStream
 from ambit.proxy.sockets import HostSocketFactory, connect
 from ambit.proxy.streams import SocketStream
+from ambit.tls.socket_transport import TlsTransportKind
 from ambit.tls.workload import WorkloadCertificate
 from ambit.waypoint.process import Waypoint
 from ambit.waypoint.settings import WaypointLimits, WaypointSettings
@@ -395,13 +396,15 @@ def waypoint_settings(config: Path, ca_dir: Path, limits: WaypointLimits, **over
 
 
 class Rig:
-    def __init__(self, tmp: Path, limits: WaypointLimits) -> None:
+    def __init__(self, tmp: Path, limits: WaypointLimits, tls_transport: TlsTransportKind = "loop") -> None:
         self.tmp = tmp
         self.ca = LocalCa(tmp / "ca", trust_domain=TD)
         config = tmp / "mesh.yaml"
         config.write_text(render_local_config(mesh_config()), encoding="utf-8")
         self.hbone_port = shared_free_port(("127.0.0.2", "127.0.0.3"))
-        self.settings = waypoint_settings(config, tmp / "ca", limits, upstream_hbone_port=self.hbone_port)
+        self.settings = waypoint_settings(
+            config, tmp / "ca", limits, upstream_hbone_port=self.hbone_port, tls_transport=tls_transport
+        )
         self.waypoint = Waypoint(self.settings)
         self.endpoints: list[Endpoint] = []
 
@@ -434,9 +437,12 @@ class Rig:
 
 
 @contextlib.asynccontextmanager
-async def started_rig(tmp: Path, limits: WaypointLimits) -> AsyncIterator[Rig]:
-    """A started :class:`Rig` whose waypoint balances round-robin (deterministic per-request balancing)."""
-    rig = Rig(tmp, limits)
+async def started_rig(
+    tmp: Path, limits: WaypointLimits, tls_transport: TlsTransportKind = "loop"
+) -> AsyncIterator[Rig]:
+    """A started :class:`Rig` whose waypoint balances round-robin (deterministic per-request balancing), its HBONE
+    legs (the listener and the upstream pool) on ``tls_transport`` (the ``tls_transport`` fixture gives each)."""
+    rig = Rig(tmp, limits, tls_transport)
     try:
         await rig.start()
         counter = itertools.count()

@@ -75,7 +75,7 @@ FORBIDDEN = ("typer", "click", "rich", "shellingham", "pydantic")
 """Top-level packages the waypoint's and the gateway's processes must not import."""
 
 
-READ = (*POD_ENV, "INSTANCE_IPS", "SECRET_TTL")
+READ = (*POD_ENV, "INSTANCE_IPS", "SECRET_TTL", "HBONE_TLS_TRANSPORT")
 """Every variable the commands read."""
 
 
@@ -178,12 +178,14 @@ ARGVS = [
     ["--log-json", "--log-json", "--trust-domain", "example.org", "--service-account", "", "--pod-name=p"],
     ["--instance-ip", "10.0.0.1", "--node-name", "n2", "--gateway-name", "other", "--namespace=ns", "--config="],
     ["--readiness-port=-1", "--local-ca="],
+    ["--tls-transport", "socket", "--tls-transport=loop", "--local-ca", "ca"],
 ]
 
 ENVS = [
     POD_ENV,
     {**POD_ENV, "SERVICE_ACCOUNT": "", "POD_NAME": "", "INSTANCE_IP": "", "NODE_NAME": ""},  # empty: unset
     {"POD_NAMESPACE": "edge", "GATEWAY_NAME": "edge"},
+    {**POD_ENV, "HBONE_TLS_TRANSPORT": "socket"},
 ]
 
 
@@ -282,6 +284,8 @@ CHECKS = [
     ([], {}, "give --ca-address (with --root-cert and --token) or --local-ca"),
     ([*CA, "--gateway-name="], {}, "invalid value for '--gateway-name'"),
     (CA, {"SECRET_TTL": "never"}, "$SECRET_TTL"),
+    ([*CA, "--tls-transport", "kernel"], {}, "invalid value for '--tls-transport': unknown TLS transport 'kernel'"),
+    (CA, {"HBONE_TLS_TRANSPORT": "ktls"}, "invalid value for '--tls-transport'"),
 ]
 
 

@@ -1,4 +1,5 @@
-"""``ambit waypoint proxy --dns-upstream``: where the waypoint resolves hostname endpoints (DNS ServiceEntries)."""
+"""``ambit waypoint proxy --dns-upstream`` (where the waypoint resolves hostname endpoints: DNS ServiceEntries) and
+``--tls-transport`` (HBONE's TLS transport, both legs), as :func:`ambit.cli.l7_proxy.l7_settings` takes them."""
 
 from __future__ import annotations
 
@@ -52,3 +53,12 @@ def test_a_dns_upstream_that_is_not_an_ip_address_is_a_clear_error(bad: str) -> 
     with pytest.raises(UsageError, match="not an IP address") as caught:
         settings_with(dns_upstreams=(bad,))
     assert caught.value.flag == "--dns-upstream"
+
+
+@pytest.mark.parametrize("transport", ["loop", "socket"])
+def test_the_tls_transport_flag_reaches_the_settings_of_both_hbone_legs(transport: str) -> None:
+    assert settings_with(tls_transport=transport).tls_transport == transport
+
+
+def test_the_default_tls_transport_is_the_loops() -> None:
+    assert settings_with().tls_transport == "loop"

@@ -84,6 +84,7 @@ def l7_settings(
     log_json: bool,
     hbone_port: int = 15008,
     dns_upstreams: tuple[str, ...] = (),
+    tls_transport: str = "loop",
 ) -> WaypointSettings:
     """The settings of a ``role`` ("waypoint" or "gateway") process; a bad flag is a :class:`UsageError` naming it."""
     from ambit.inpod.settings import NodeProxySettingsError, parse_secret_ttl
@@ -110,6 +111,8 @@ def l7_settings(
             ipaddress.ip_address(ip)
         except ValueError:
             raise UsageError(f"not an IP address: {ip!r}", "INSTANCE_IPS") from None
+    if tls_transport not in ("loop", "socket"):
+        raise UsageError(f"unknown TLS transport {tls_transport!r}: loop or socket", "--tls-transport")
     if (xds_address or ca_address) and (root_cert is None or token is None):
         raise UsageError("--xds-address and --ca-address need --root-cert and --token")
     if not (ca_address or local_ca):
@@ -149,6 +152,7 @@ def l7_settings(
         readiness_port=readiness_port,
         log_json=log_json,
         dns_nameservers=dns_upstreams,
+        tls_transport="socket" if tls_transport == "socket" else "loop",
     )
 
 
@@ -170,6 +174,7 @@ def start_waypoint(
     config: Path | None = None,
     local_ca: Path | None = None,
     hbone_port: int = 15008,
+    tls_transport: str = "loop",
     admin_port: int = 15000,
     stats_port: int = 15020,
     readiness_port: int = 15021,
@@ -202,6 +207,7 @@ def start_waypoint(
         log_json=log_json,
         hbone_port=hbone_port,
         dns_upstreams=tuple(dns_upstream or ()),
+        tls_transport=tls_transport,
     )
     from ambit.waypoint.process import run_waypoint  # the data path's imports: only once the arguments are good
 
@@ -225,6 +231,7 @@ def start_gateway(
     trust_domain: str = "cluster.local",
     config: Path | None = None,
     local_ca: Path | None = None,
+    tls_transport: str = "loop",
     admin_port: int = 15000,
     stats_port: int = 15020,
     readiness_port: int = 15021,
@@ -254,6 +261,7 @@ def start_gateway(
         stats_port=stats_port,
         readiness_port=readiness_port,
         log_json=log_json,
+        tls_transport=tls_transport,
     )
     from ambit.waypoint.ingress import run_gateway  # the data path's imports: only once the arguments are good
 
@@ -263,10 +271,15 @@ def start_gateway(
 def run_l7(main: Callable[[], Coroutine[Any, Any, None]], loop: str) -> None:
     """Run ``main`` on event loop ``loop``; an :class:`~ambit.errors.AmbitError` or OS error is a
     :class:`CommandFailed` (the command's entry point prints ``<command>: <error>``, exit status 1)."""
+    from ambit import native
     from ambit.cli.process_logging import configure_logging
     from ambit.errors import AmbitError
     from ambit.inpod import eventloop
 
+    try:
+        native.selection()  # once, at start-up: AMBIT_NATIVE=1 without a usable extension stops here
+    except native.NativeError as exc:
+        raise CommandFailed(str(exc)) from None
     configure_logging()
     try:
         eventloop.run(main, loop)

@@ -72,6 +72,14 @@ _PORTS = (
     Flag("--readiness-port", "readiness_port", "Readiness port.", int, default=15021),
 )
 
+_TLS_TRANSPORT = Flag(
+    "--tls-transport",
+    "tls_transport",
+    "HBONE's TLS transport: loop (the event loop's, memory BIOs) or socket (TLS on the socket itself).",
+    default="loop",
+    envvar="HBONE_TLS_TRANSPORT",
+)
+
 _OUTPUT = (
     Flag("--admin-token-file", "admin_token_file", "Write the admin POSTs' token here (mode 0600).", Path),
     Flag("--log-json", "log_json", "Access log lines as JSON.", bool, default=False, negatable=False),
@@ -81,6 +89,7 @@ WAYPOINT_FLAGS: tuple[Flag, ...] = (
     *_identity("The waypoint's namespace.", "The waypoint's Gateway name.", "The pod's IP (HBONE listens there)."),
     *_control_plane("the waypoint's"),
     Flag("--hbone-port", "hbone_port", "HBONE listener port.", int, default=15008),
+    _TLS_TRANSPORT,
     *_PORTS,
     *_OUTPUT,
     Flag(
@@ -95,6 +104,7 @@ WAYPOINT_FLAGS: tuple[Flag, ...] = (
 GATEWAY_FLAGS: tuple[Flag, ...] = (
     *_identity("The Gateway's namespace.", "The Gateway's name.", "The pod's IP (listeners bind there)."),
     *_control_plane("the gateway's"),
+    _TLS_TRANSPORT,
     *_PORTS,
     *_OUTPUT,
 )

@@ -188,17 +188,11 @@ class WaypointAuthorizer:
         return found
 
 
-def service_key_of(tunnel: Tunnel) -> str:
-    """The key policies and RequestAuthentications name the destination by (empty for a workload target)."""
-    target = tunnel.target
-    return target.service.key if isinstance(target, ServiceTarget) else ""
-
-
 def check_request(
     ctx: WaypointContext, tunnel: Tunnel, head: RequestHead, identity: RequestIdentity | None = None
 ) -> Decision:
     """The decision for one HTTP request of ``tunnel`` (rules 1 to 5)."""
-    applicable = ctx.authorizer.applicable(ctx.routes.current, service_key_of(tunnel))
+    applicable = ctx.authorizer.applicable(ctx.routes.current, tunnel.service_key)
     if not (applicable.deny or applicable.allow or applicable.audit or applicable.dry_run):
         return applicable.allowed
     edge = edge_client(ctx, tunnel, head)
@@ -207,7 +201,7 @@ def check_request(
 
 def check_connection(ctx: WaypointContext, tunnel: Tunnel) -> Decision:
     """The decision for a TCP connection through the waypoint (rules 1, 2 and 6)."""
-    applicable = ctx.authorizer.applicable(ctx.routes.current, service_key_of(tunnel))
+    applicable = ctx.authorizer.applicable(ctx.routes.current, tunnel.service_key)
     if not (applicable.deny or applicable.allow or applicable.audit or applicable.dry_run):
         return applicable.allowed
     return decide(applicable, connection_of(tunnel))

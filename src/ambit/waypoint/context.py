@@ -25,7 +25,7 @@ from ambit.waypoint.authorization import WaypointAuthorizer
 from ambit.waypoint.client_cert import ClientCertificate
 from ambit.waypoint.config import RouteConfig
 from ambit.waypoint.decisions import Router
-from ambit.waypoint.destinations import EndpointPicker, Target, WaypointSelf, pick_endpoint
+from ambit.waypoint.destinations import EndpointPicker, ServiceTarget, Target, WaypointSelf, pick_endpoint
 from ambit.waypoint.http2 import Http2Pool
 from ambit.waypoint.jwks import JwksManager
 from ambit.waypoint.request_ids import RequestIds
@@ -114,6 +114,13 @@ class Tunnel:
     mode when the connection was accepted); None: a waypoint's rules (:mod:`ambit.waypoint.client_cert`)."""
     client_certificate: ClientCertificate | None = None
     """The client certificate the gateway verified on this connection (mutual TLS), else None."""
+    service_key: str = field(init=False)
+    """The key policies, RequestAuthentications and metric overrides name the destination by: the Service's
+    ``namespace/hostname``, empty for a workload target (fixed for the tunnel, so worked out once)."""
+
+    def __post_init__(self) -> None:
+        target = self.target
+        object.__setattr__(self, "service_key", target.service.key if isinstance(target, ServiceTarget) else "")
 
     def labels(
         self,

@@ -79,7 +79,6 @@ from ambit.waypoint.authorization import (
     check_request,
     denial_detail,
     edge_client,
-    service_key_of,
 )
 from ambit.waypoint.client_cert import plan_client_cert, plan_forwarded_client_cert
 from ambit.waypoint.context import Tunnel, WaypointContext
@@ -141,7 +140,7 @@ async def serve_request(
     route's mirror backends (over HTTP/1.1, :mod:`ambit.waypoint.mirror`), whichever version the client spoke."""
     target = tunnel.target
     config = ctx.routes.current
-    key = service_key_of(tunnel)
+    key = tunnel.service_key
     if tunnel.forward_client_cert is None:
         head = plan_client_cert(
             started.head, include_identity=config.xfcc_client_identity, local=ctx.identity, peer=tunnel.peer_identity
@@ -180,7 +179,7 @@ async def serve_request(
     if patches.filters:  # rule 6: the EnvoyFilters' HTTP filters, after authorization, before routing
         head = edit_request(head, patches.filter_request_ops())
     plan = Plan(head, response_ops=filter_ops)
-    if isinstance(target, ServiceTarget) and ctx.routes.is_dynamic(target.service.key):
+    if isinstance(target, ServiceTarget) and ctx.routes.is_dynamic(key):
         named = _judge_host(head.authority, target.service)
         if isinstance(named, Refusal):  # rule 5: a name the entry's host does not cover matches no route
             keep = await _drain(down, started)
@@ -188,7 +187,7 @@ async def serve_request(
             outcome.error = named.reason
             return keep
     if isinstance(target, ServiceTarget):
-        table = ctx.routes.find_table(target.service.key, target.port)
+        table = ctx.routes.find_table(key, target.port)
         decision = ctx.router(table, target.backend, head, ctx.random())
         outcome.route = decision.route
         hostname, listened = target.service.hostname, target.port
@@ -477,7 +476,7 @@ def account(
         duration_ms=duration * 1000,
         request_bytes=outcome.bytes_in,
         response_bytes=outcome.bytes_out,
-        service_key=service_key_of(tunnel),
+        service_key=tunnel.service_key,
         request=attributes,
         overrides=ctx.routes.current.metrics,
     )

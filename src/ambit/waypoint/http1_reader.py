@@ -38,6 +38,22 @@ from ambit.waypoint.errors import HttpProtocolError
 from ambit.waypoint.http1_events import BodyData, MessageEnded, Signal
 
 _NO_BODY_STATUSES = frozenset((204, 304))
+_DECODED_LONGEST = 64
+_DECODED_MOST = 512
+_NAMES: dict[bytes, str] = {}
+_VALUES: dict[bytes, str] = {}
+"""Header names and values as rule 5 gives them, by their bytes, for those every message repeats (``host``,
+``content-length``, ``keep-alive``...): one look-up instead of decoding, lower-casing or stripping each time.
+Bounded whatever peers send: only fields of at most ``_DECODED_LONGEST`` bytes are remembered, and past
+``_DECODED_MOST`` of them a table starts afresh."""
+
+
+def _remembered(table: dict[bytes, str], raw: bytes, text: str) -> str:
+    if len(raw) <= _DECODED_LONGEST:
+        if len(table) >= _DECODED_MOST:
+            table.clear()
+        table[raw] = text
+    return text
 
 
 class ParsedHead:
@@ -227,7 +243,13 @@ class MessageReader:
         self._pieces.append(piece)
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        field = (name.decode("latin-1").lower(), value.decode("latin-1").strip(" \t"))
+        lowered = _NAMES.get(name)
+        if lowered is None:
+            lowered = _remembered(_NAMES, name, name.decode("latin-1").lower())
+        stripped = _VALUES.get(value)
+        if stripped is None:
+            stripped = _remembered(_VALUES, value, value.decode("latin-1").strip(" \t"))
+        field = (lowered, stripped)
         if self._trailers is None:
             self._headers.append(field)
         else:

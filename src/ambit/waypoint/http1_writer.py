@@ -39,10 +39,34 @@ class Framing(enum.Enum):
     CLOSE = "until close"
 
 
+_REMEMBERED_LONGEST = 64
+_REMEMBERED_MOST = 512
+_GOOD_NAMES: set[str] = set()
+_GOOD_VALUES: set[str] = set()
+"""Names and values already found to follow rule 1, so that those every message repeats (``host``,
+``content-type``, ``keep-alive``...) are checked once rather than per message. Bounded whatever peers send: only
+strings of at most ``_REMEMBERED_LONGEST`` characters are remembered, and past ``_REMEMBERED_MOST`` of them a set
+starts afresh."""
+
+
+def _checked(good: set[str], pattern: re.Pattern[str], text: str) -> bool:
+    """Whether ``text`` follows ``pattern``; remembered in ``good`` when it does and is short enough."""
+    if pattern.fullmatch(text) is None:
+        return False
+    if len(text) <= _REMEMBERED_LONGEST:
+        if len(good) >= _REMEMBERED_MOST:
+            good.clear()
+        good.add(text)
+    return True
+
+
 def _fields(headers: Iterable[tuple[str, str]]) -> bytes:
     lines = []
+    names, values = _GOOD_NAMES, _GOOD_VALUES
     for name, value in headers:
-        if not _TOKEN.fullmatch(name) or not _VALUE.fullmatch(value):
+        if (name not in names and not _checked(names, _TOKEN, name)) or (
+            value not in values and not _checked(values, _VALUE, value)
+        ):
             raise FramingError(f"illegal header {name!r}: {value!r}")
         lines.append(f"{name}: {value}\r\n")
     return "".join(lines).encode("latin-1")

@@ -49,6 +49,7 @@ from ambit.proxy.admission import Ticket
 from ambit.proxy.hbone_server import HboneServer, InboundRequest, TunnelResponder
 from ambit.proxy.streams import ByteStream
 from ambit.telemetry.metrics import Reporter, SecurityPolicy, TrafficLabels
+from ambit.tls.socket_transport import TlsTransportKind
 from ambit.tls.workload import WorkloadCertificate
 from ambit.waypoint.context import Tunnel, WaypointContext
 from ambit.waypoint.destinations import Refusal, ServiceTarget, Target, plan_tunnel
@@ -164,9 +165,11 @@ async def serve_connection(
     certificate: Callable[[], Awaitable[WorkloadCertificate]],
     trust_domain: str,
     ticket: Ticket | None = None,
+    tls_transport: TlsTransportKind = "loop",
 ) -> None:
     """Serve one accepted connection on the HBONE port; never raises for peer trouble. ``ticket`` is its place at
-    the listener (:mod:`ambit.proxy.admission`; the caller releases it): established once the client is judged."""
+    the listener (:mod:`ambit.proxy.admission`; the caller releases it): established once the client is judged.
+    ``tls_transport`` is HBONE's TLS transport (:class:`~ambit.waypoint.settings.WaypointSettings`)."""
     settings = HboneSettings(max_concurrent_streams=ctx.limits.max_tunnels_per_connection)
 
     def failed(reason: str) -> None:
@@ -185,6 +188,7 @@ async def serve_connection(
             on_failure=failed,
             ticket=ticket,
             handshake_timeout=ctx.limits.handshake_timeout,
+            tls_transport=tls_transport,
         )
     except (AmbitError, OSError, ssl.SSLError) as exc:
         log.info("HBONE connection failed: %s", exc)

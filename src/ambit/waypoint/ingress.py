@@ -124,7 +124,7 @@ from ambit.waypoint.ingress_connections import (
 from ambit.waypoint.ingress_routing import IngressRouter
 from ambit.waypoint.ingress_tls import Admitted, PortTls
 from ambit.waypoint.ingress_tunnel import Proxied, TunnelRefused, describe, loopback_for, read_proxied, tunnel_ports
-from ambit.waypoint.process import Waypoint
+from ambit.waypoint.process import Waypoint, hbone_tls_records
 from ambit.waypoint.settings import WaypointSettings
 from ambit.waypoint.tcp import relay_to
 from ambit.xds.client import Subscription
@@ -383,7 +383,12 @@ class IngressGateway(Waypoint):
         self._started = True
         self._sync_ports()
         self._tasks.append(asyncio.create_task(self._housekeeping(), name="gateway housekeeping"))
-        log.info("gateway %s is running", self.identity)
+        log.info(
+            "gateway %s is running (HBONE TLS transport %s, TLS records: %s)",
+            self.identity,
+            self.settings.tls_transport,
+            hbone_tls_records(self.settings),
+        )
 
     async def _accept_port(self, listener: socket.socket, port: int) -> None:
         loop = asyncio.get_running_loop()

@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ambit import native
 from ambit.dns.resolvconf import ResolvConf, parse_resolv_conf
 from ambit.identity.istiod import IstiodCaClient
 from ambit.identity.localca import LocalCa
@@ -80,6 +81,12 @@ def _required(path: Path | None, what: str) -> Path:
 
 MAX_RESOLV_CONF = 64 * 1024
 """The most of a resolv.conf that is read."""
+
+
+def hbone_tls_records(settings: WaypointSettings) -> str:
+    """Who handles HBONE's TLS records (for the start-up log and the config dump): the event loop's transport, or
+    on the socket transport the data path :mod:`ambit.native` chose."""
+    return native.selection().describe() if settings.tls_transport == "socket" else "the loop's"
 
 
 def hostname_resolver(settings: WaypointSettings) -> HostnameResolver:
@@ -170,6 +177,7 @@ class Waypoint:
                 max_head_bytes=limits.max_head_bytes,
                 hostnames=hostname_resolver(settings),
                 me=me,
+                tls_transport=settings.tls_transport,
             ),
             metrics=self.metrics,
             request_log=RequestLog(as_json=settings.log_json, flows=self.flows),
@@ -297,6 +305,8 @@ class Waypoint:
                 "caAddress": self.settings.ca_address or "",
                 "configFile": str(self.settings.config_file or ""),
                 "xdsSynced": bool(self.xds and self.xds.synced),
+                "tlsTransport": self.settings.tls_transport,
+                "tlsRecords": hbone_tls_records(self.settings),
             },
             "serving": {
                 "services": [s.key for s in state.services() if me.fronts(s, state)],
@@ -332,7 +342,13 @@ class Waypoint:
         for listener in (self._listener, *self._more_listeners):
             self._tasks.append(asyncio.create_task(self._accept(listener), name="waypoint hbone accept"))
         self._tasks.append(asyncio.create_task(self._housekeeping(), name="waypoint housekeeping"))
-        log.info("waypoint %s is running (HBONE %s:%d)", self.identity, *self.hbone_address)
+        log.info(
+            "waypoint %s is running (HBONE %s:%d, TLS transport %s, TLS records: %s)",
+            self.identity,
+            *self.hbone_address,
+            self.settings.tls_transport,
+            hbone_tls_records(self.settings),
+        )
 
     def _listen(self, host: str) -> socket.socket:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -385,6 +401,7 @@ class Waypoint:
                     self._certificate,
                     self.settings.trust_domain,
                     ticket,
+                    self.settings.tls_transport,
                 ),
                 name="waypoint hbone connection",
             )

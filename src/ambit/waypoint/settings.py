@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ambit.hbone import liveness
 from ambit.model.identity import DEFAULT_TRUST_DOMAIN, SpiffeId
+from ambit.tls.socket_transport import TlsTransportKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +129,10 @@ class WaypointSettings:
     dns_port: int = 53
     """The port the nameservers answer on (tests run theirs elsewhere)."""
     resolv_conf: Path = Path("/etc/resolv.conf")
+    tls_transport: TlsTransportKind = "loop"
+    """HBONE's TLS transport, both legs (the listener's connections and the upstream pool's): the event loop's
+    (``loop``, memory BIOs) or TLS on the socket itself (``socket``, with the native TLS records when
+    :mod:`ambit.native` loads them); :func:`ambit.cli.l7_proxy.l7_settings` picks it from the flag."""
     limits: WaypointLimits = field(default_factory=WaypointLimits)
 
     @property

@@ -10,7 +10,12 @@ unchanged) plus Istio's request families:
 labelled with the connection's :class:`~ambit.telemetry.metrics.TrafficLabels` (``reporter="waypoint"``,
 ``request_protocol`` http or grpc, Envoy's ``response_flags``) plus ``response_code`` and
 ``grpc_response_status`` (empty, so ``unknown``, unless the request is gRPC). One :meth:`WaypointMetrics.request`
-call per finished request records all four under the metrics lock.
+call per finished request records all four under the metrics lock. A request's series (its 22 label values and its
+three histograms) is remembered by what its labels depend on: the connection's shared
+:class:`~ambit.telemetry.metrics.TrafficLabels` object (one per source, destination, service, flags and protocol:
+:class:`~ambit.proxy.accounting.LabelsCache`), the response code and the gRPC status; a steady stream of like
+requests builds no label tuple and makes no histogram look-up. The remembered series are the very objects the
+exposition reads, made at the first request as without remembering, so the metrics text is the same byte for byte.
 
 :class:`RequestRecord` is one request's access-log line, ``request complete`` (INFO) or, with response flags,
 ``request failed`` (WARNING), logfmt-style like the node proxy's connection lines, on the ``access`` logger; it
@@ -41,7 +46,7 @@ import operator
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from ambit.model.metric_overrides import RequestAttributes, ServiceMetrics
 from ambit.telemetry.access_sink import AccessSink
@@ -67,6 +72,8 @@ _Series = tuple[FamilyPlan, LabelValues, tuple[str, ...]]
 """A relabelled series as recorded: its plan, its standard label values and its tag values."""
 MAX_CUSTOM_SERIES = 5000
 """Relabelled series per request family; past it, request-valued tags read ``overflow``."""
+MAX_REMEMBERED_SERIES = 4096
+"""Request series remembered by their labels object, code and status (see the module docstring); 0: none."""
 
 
 @dataclass(slots=True)
@@ -90,6 +97,18 @@ class _Histogram:
         return out
 
 
+@dataclass(frozen=True, slots=True)
+class _RequestSeries:
+    """A standard series of the request families, as one kind of request records it (see the module docstring)."""
+
+    labels: TrafficLabels
+    """Held so that its ``id`` in the remembering key is not reused while the entry lives."""
+    key: LabelValues
+    durations: _Histogram
+    request_sizes: _Histogram
+    response_sizes: _Histogram
+
+
 def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else str(value)
 
@@ -97,8 +116,16 @@ def _number(value: float) -> str:
 class WaypointMetrics(ProxyMetrics):
     """:class:`ProxyMetrics` plus Istio's request metrics (see the module docstring)."""
 
-    def __init__(self, *, build_version: str = "", max_custom_series: int = MAX_CUSTOM_SERIES) -> None:
+    def __init__(
+        self,
+        *,
+        build_version: str = "",
+        max_custom_series: int = MAX_CUSTOM_SERIES,
+        max_remembered_series: int = MAX_REMEMBERED_SERIES,
+    ) -> None:
         self._max_custom = max_custom_series
+        self._max_remembered = max_remembered_series
+        self._remembered: dict[tuple[int, int, str], _RequestSeries] = {}
         self._requests: dict[LabelValues, int] = {}
         self._durations: dict[LabelValues, _Histogram] = {}
         self._request_sizes: dict[LabelValues, _Histogram] = {}
@@ -136,10 +163,26 @@ class WaypointMetrics(ProxyMetrics):
         """Count one finished request with its duration and body sizes. ``overrides``: the current configuration's
         (None keeps those last set); ``service_key`` (the addressed service) chooses among them, and their
         expressions read ``request()``."""
-        key = (*self._key(labels), str(response_code) if response_code else UNKNOWN, grpc_status or UNKNOWN)
         if overrides is not None and overrides is not self._compiled:
             self.set_overrides(overrides)
-        plan = self._plans.find(service_key)
+        plans = self._plans
+        plan = plans.find(service_key) if plans.by_service else None
+        if plan is None and self._max_remembered:
+            series = self._remembered.get((id(labels), response_code, grpc_status))
+            with self._lock:
+                if series is None:
+                    series = self._remember(labels, response_code, grpc_status)
+                key = series.key
+                self._requests[key] = self._requests.get(key, 0) + 1
+                for remembered, value in (
+                    (series.durations, duration_ms),
+                    (series.request_sizes, request_bytes),
+                    (series.response_sizes, response_bytes),
+                ):
+                    remembered.counts[bisect.bisect_left(remembered.bounds, value)] += 1
+                    remembered.total += value
+            return
+        key = self._request_key(labels, response_code, grpc_status)
         if plan is not None:
             attributes = request() if plan.needs_request and request is not None else None
             values = (
@@ -167,6 +210,33 @@ class WaypointMetrics(ProxyMetrics):
                 if histogram is None:  # made once per series, not per request (``setdefault`` would make one each)
                     histogram = table[key] = _Histogram(bounds)
                 histogram.observe(value)
+
+    def _request_key(self, labels: TrafficLabels, response_code: int, grpc_status: str) -> LabelValues:
+        return (*self._key(labels), str(response_code) if response_code else UNKNOWN, grpc_status or UNKNOWN)
+
+    def _remember(self, labels: TrafficLabels, response_code: int, grpc_status: str) -> _RequestSeries:
+        """The series of these labels, code and status, its histograms made now if they are new (as the first
+        request makes them without remembering), and remembered; past ``max_remembered_series`` entries (labels
+        objects come and go with workloads and connections) the remembering starts afresh. Called under the
+        metrics lock, by the request that records into the series next."""
+        key = self._request_key(labels, response_code, grpc_status)
+        histograms = []
+        for table, bounds in (
+            (self._durations, DURATION_BUCKETS_MS),
+            (self._request_sizes, BYTES_BUCKETS),
+            (self._response_sizes, BYTES_BUCKETS),
+        ):
+            histogram = table.get(key)
+            if histogram is None:
+                histogram = table[key] = _Histogram(bounds)
+            if not histogram.counts:
+                histogram.counts = [0] * (len(bounds) + 1)
+            histograms.append(histogram)
+        series = _RequestSeries(labels, key, *histograms)
+        if len(self._remembered) >= self._max_remembered:
+            self._remembered.clear()
+        self._remembered[(id(labels), response_code, grpc_status)] = series
+        return series
 
     def _record_default(self, name: str, key: LabelValues, value: float) -> None:
         if name == "istio_requests":
@@ -264,9 +334,9 @@ _PLAIN = re.compile(r"[a-zA-Z0-9.:/_\-\[\]@,+*~%]+")
 the access log formats about twenty of them per request)."""
 
 
-@dataclass(frozen=True, slots=True)
-class RequestRecord:
-    """One request through the waypoint, for the access log."""
+class RequestRecord(NamedTuple):
+    """One request through the waypoint, for the access log and the flow ring. A named tuple: immutable, and made
+    per request in a single step (a frozen dataclass sets each of its 22 fields through ``object.__setattr__``)."""
 
     src_addr: str
     src_workload: str = ""

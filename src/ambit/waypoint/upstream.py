@@ -64,6 +64,7 @@ from ambit.proxy.hostnames import HostnameLookupError, HostnameResolver
 from ambit.proxy.pool import ConnectionPool, PoolKey
 from ambit.proxy.sockets import SocketFactory, connect
 from ambit.proxy.streams import ByteStream, SocketStream
+from ambit.tls.socket_transport import TlsTransportKind
 from ambit.waypoint.decisions import RequestHead
 from ambit.waypoint.destinations import (
     PLAIN,
@@ -185,6 +186,7 @@ class Upstreams:
         hostnames: HostnameResolver | None = None,
         me: WaypointSelf | None = None,
         captured: Callable[[], bool] | None = None,
+        tls_transport: TlsTransportKind = "loop",
     ) -> None:
         self.pool = pool
         self.captured = captured
@@ -201,6 +203,7 @@ class Upstreams:
         self._connect_timeout = connect_timeout
         self._max_idle = max_idle
         self._max_head_bytes = max_head_bytes
+        self._tls_transport: TlsTransportKind = tls_transport
         self._idle: dict[EndpointKey, collections.deque[UpstreamHttp]] = {}
         self._tls_contexts: dict[tuple[ClientTls | None, bool], ssl.SSLContext] = {}
 
@@ -309,7 +312,12 @@ class Upstreams:
         async def dial() -> HboneClient:
             sock = await connect(self._sockets, hbone_addr, timeout=self._connect_timeout)
             return await HboneClient.connect(
-                sock, cert, expected, trust_domain=self._trust_domain, timeout=self._connect_timeout
+                sock,
+                cert,
+                expected,
+                trust_domain=self._trust_domain,
+                timeout=self._connect_timeout,
+                tls_transport=self._tls_transport,
             )
 
         headers = connect_headers(forwarded_for=forwarded_for, host=service.hostname if service else None)
