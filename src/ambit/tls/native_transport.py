@@ -121,30 +121,15 @@ class NativeTlsSocketTransport(TlsSocketTransport):
             self._fail(exc)
 
     def _read_ready(self) -> None:
-        if (
-            self._lost
-            or self._write_wants_read
-            or self._draining
-            or self._read_paused
-            or self._read_wants_write
-            or self._eof
-        ):
-            self._read_ready_otherwise()
+        if self._read_deferred():
             return
         try:
             data, status, error = self._records_read(READ_SIZE)
         except OSError as exc:  # the socket closed under the records (not by us), or no memory for what was read
             self._fail(exc)
             return
-        if data is not None:
-            try:
-                self._protocol.data_received(data)
-            except Exception as exc:  # the protocol's bug, not the peer's: said once, with its traceback
-                log.exception("%r: data_received failed", self)
-                self._fail(exc)
-                return
-            if self._lost:
-                return
+        if data is not None and not self._deliver(data):
+            return
         if self._records.held != self._backlog.held:
             self._hold(self._records.held)
         if status == self._again:
