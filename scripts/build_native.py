@@ -1,11 +1,12 @@
 """Build Ambit's native accelerator (``src/ambit/native/*.c``) for the Python running this script.
 
-``make install`` runs it with the venv's interpreter after ``uv sync``. Each C source becomes an extension module
-next to it (``tls_records.c`` -> ``_tls_records<EXT_SUFFIX>``), compiled by the system's ``cc`` against this
-interpreter's headers and linked with the system's libssl and libcrypto: the libraries Python's own ``_ssl`` uses
-(checked with ``ldd``, and again at import by comparing OpenSSL versions). A module is rebuilt only when its source
-(or this script) is newer than it, so the step is quick and idempotent. Without a compiler, Python's headers or
-OpenSSL's, it says so in one line and exits 0: the pure-Python path is used (``ambit.native``).
+``make install`` runs it with the venv's interpreter after ``uv sync``. Each extension module of ``EXTENSIONS`` is
+built next to its C sources (``tls_records.c`` and ``record_sink.c`` -> ``_tls_records<EXT_SUFFIX>``), compiled by
+the system's ``cc`` against this interpreter's headers and linked with the system's libssl and libcrypto: the
+libraries Python's own ``_ssl`` uses (checked with ``ldd``, and again at import by comparing OpenSSL versions). A
+module is rebuilt only when one of its sources, a header next to them, or this script is newer than it, so the step
+is quick and idempotent. Without a compiler, Python's headers or OpenSSL's, it says so in one line and exits 0: the
+pure-Python path is used (``ambit.native``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,19 @@ import sysconfig
 from pathlib import Path
 
 NATIVE = Path(__file__).resolve().parent.parent / "src" / "ambit" / "native"
-CFLAGS = ["-O2", "-g", "-Wall", "-Wextra", "-Werror", "-fstack-protector-strong", "-D_FORTIFY_SOURCE=2", "-fPIC"]
+EXTENSIONS = {"_tls_records": ("tls_records.c", "record_sink.c")}
+"""Each extension module and its C sources (in ``src/ambit/native``), the first one holding its ``PyInit_``."""
+CFLAGS = [
+    "-O2",
+    "-g",
+    "-Wall",
+    "-Wextra",
+    "-Werror",
+    "-fstack-protector-strong",
+    "-D_FORTIFY_SOURCE=2",
+    "-fPIC",
+    "-fvisibility=hidden",  # only PyInit_* leaves the module
+]
 LIBS = ["-lssl", "-lcrypto"]
 
 
@@ -48,21 +61,22 @@ def main() -> int:
         return _skip(f"no Python.h in {include}")
     if not Path("/usr/include/openssl/ssl.h").is_file() and "OPENSSL_INCLUDE" not in os.environ:
         return _skip("no OpenSSL headers: apt-get install libssl-dev")
-    script_time = Path(__file__).stat().st_mtime
-    for source in sorted(NATIVE.glob("*.c")):
-        target = source.with_name(f"_{source.stem}{suffix}")
-        if target.exists() and target.stat().st_mtime >= max(source.stat().st_mtime, script_time):
+    newest = max(path.stat().st_mtime for path in [Path(__file__), *NATIVE.glob("*.h")])
+    for name, files in EXTENSIONS.items():
+        sources = [NATIVE / file for file in files]
+        target = NATIVE / f"{name}{suffix}"
+        if target.exists() and target.stat().st_mtime >= max(newest, *(s.stat().st_mtime for s in sources)):
             continue
         command = [cc, *CFLAGS, f"-I{include}"]
         if "OPENSSL_INCLUDE" in os.environ:
             command.append(f"-I{os.environ['OPENSSL_INCLUDE']}")
         partial = target.with_name(target.name + ".partial")
-        command += ["-shared", str(source), "-o", str(partial), *LIBS]
+        command += ["-shared", *map(str, sources), "-o", str(partial), *LIBS]
         result = subprocess.run(command, capture_output=True, text=True, check=False)
         if result.returncode != 0:
             partial.unlink(missing_ok=True)
             print(result.stderr, file=sys.stderr)
-            print(f"native accelerator: {source.name} did not compile (above)", file=sys.stderr)
+            print(f"native accelerator: {name} did not compile (above)", file=sys.stderr)
             return 1
         partial.replace(target)  # a running process never sees a half-written module
         print(f"native accelerator: built {target.relative_to(NATIVE.parent.parent.parent)} ({_ssl_libraries()})")
