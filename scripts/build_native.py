@@ -7,11 +7,16 @@ libraries Python's own ``_ssl`` uses (checked with ``ldd``, and again at import 
 module is rebuilt only when one of its sources, a header next to them, or this script is newer than it, so the step
 is quick and idempotent. Without a compiler, Python's headers or OpenSSL's, it says so in one line and exits 0: the
 pure-Python path is used (``ambit.native``).
+
+``--extra-cflags`` adds compiler flags and ``--output DIR`` writes the modules into ``DIR`` instead (always rebuilt
+there): the sanitizer test builds ``-fsanitize=address,undefined`` copies that way, apart from the installed ones.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -51,7 +56,11 @@ def _ssl_libraries() -> str:
     return ", ".join(line.split()[2] for line in out.splitlines() if "libssl" in line or "libcrypto" in line)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Build Ambit's native accelerator.")
+    parser.add_argument("--extra-cflags", default="", help="more compiler flags (one shell-quoted string)")
+    parser.add_argument("--output", type=Path, help="write the modules here, always rebuilt (default: next to the C)")
+    args = parser.parse_args(argv)
     cc = shutil.which(os.environ.get("CC") or "cc")
     include = sysconfig.get_paths()["include"]
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
@@ -64,10 +73,11 @@ def main() -> int:
     newest = max(path.stat().st_mtime for path in [Path(__file__), *NATIVE.glob("*.h")])
     for name, files in EXTENSIONS.items():
         sources = [NATIVE / file for file in files]
-        target = NATIVE / f"{name}{suffix}"
-        if target.exists() and target.stat().st_mtime >= max(newest, *(s.stat().st_mtime for s in sources)):
+        target = (args.output or NATIVE) / f"{name}{suffix}"
+        fresh = target.exists() and target.stat().st_mtime >= max(newest, *(s.stat().st_mtime for s in sources))
+        if fresh and args.output is None:
             continue
-        command = [cc, *CFLAGS, f"-I{include}"]
+        command = [cc, *CFLAGS, *shlex.split(args.extra_cflags), f"-I{include}"]
         if "OPENSSL_INCLUDE" in os.environ:
             command.append(f"-I{os.environ['OPENSSL_INCLUDE']}")
         partial = target.with_name(target.name + ".partial")
@@ -79,7 +89,7 @@ def main() -> int:
             print(f"native accelerator: {name} did not compile (above)", file=sys.stderr)
             return 1
         partial.replace(target)  # a running process never sees a half-written module
-        print(f"native accelerator: built {target.relative_to(NATIVE.parent.parent.parent)} ({_ssl_libraries()})")
+        print(f"native accelerator: built {target} ({_ssl_libraries()})")
     return 0
 
 

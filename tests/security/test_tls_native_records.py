@@ -39,6 +39,8 @@ from ambit.tls.socket_transport import TlsSocketTransport
 pytestmark = pytest.mark.usefixtures("no_peer_traceback")
 
 MIB = 1024 * 1024
+EXCHANGE_EXAMPLES = int(os.environ.get("AMBIT_EXCHANGE_EXAMPLES", "25"))
+"""Hypothesis examples of the write/read exchange (the sanitizer run, ``test_native_sanitizers.py``, asks for few)."""
 
 
 @pytest.fixture(scope="module")
@@ -191,7 +193,7 @@ async def _exchange(certs: Certs, sizes: list[list[int]], every: int, high: int)
 _SIZES = st.lists(st.one_of(st.integers(1, 64), st.integers(1, 70_000), st.sampled_from([16384, 16385, 262144])))
 
 
-@settings(max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=EXCHANGE_EXAMPLES, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     sizes=st.lists(_SIZES, min_size=2, max_size=2),
     every=st.sampled_from([1, 1000, 16384, 100_000, 1 << 30]),
