@@ -1,11 +1,12 @@
 """The native accelerator under AddressSanitizer and UndefinedBehaviorSanitizer.
 
-The extension is built again with ``-fsanitize=address,undefined`` into a temporary directory
-(``scripts/build_native.py --extra-cflags ... --output ...``) and the native-records security tests (hostile peers,
-the C object's refusals, the hypothesis write/read exchange with a few examples) run in a child Python with the
-sanitizers' runtime preloaded, importing that build (the child checks which module it imported). Any heap, stack or
-global overflow, use after free, or undefined behaviour in the C code aborts the child, and this test fails with
-the sanitizer's report. Without a compiler or libasan it skips, except under ``CI=true``, where it fails.
+The extensions are built again with ``-fsanitize=address,undefined`` into a temporary directory
+(``scripts/build_native.py --extra-cflags ... --output ...``), and a child Python with the sanitizers' runtime
+preloaded imports that build (it checks which modules it imported) and runs the native-records security tests
+(hostile peers, the C object's refusals, the hypothesis write/read exchange with a few examples) and the native DATA
+path's differential and fast-path tests. Any heap, stack or global overflow, use after free, or undefined behaviour
+in the C code aborts the child, and this test fails with the sanitizer's report. Without a compiler or libasan it
+skips, except under ``CI=true``, where it fails.
 """
 
 from __future__ import annotations
@@ -20,15 +21,23 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SANITIZE = "-fsanitize=address,undefined -fno-omit-frame-pointer"
-TESTS = ["tests/security/test_tls_native_records.py", "-k", "not python"]
-"""What the child runs: the native record path's security tests (the pure-Python cases have no C to check)."""
+TESTS = [
+    "tests/security/test_tls_native_records.py",
+    "tests/unit/test_hbone_native_data.py",
+    "tests/unit/test_hbone_fast_paths.py",
+    "-k",
+    "not python",
+]
+"""What the child runs: the security tests of the native record path and the differential and fast-path tests of
+the native DATA path (the pure-Python cases have no C to check)."""
 
 CHILD = """
 import sys
 import ambit.native
 ambit.native.__path__.insert(0, sys.argv[1])
-from ambit.native import _tls_records
-assert _tls_records.__file__.startswith(sys.argv[1]), f"the installed build was imported: {_tls_records.__file__}"
+from ambit.native import _hbone_data, _tls_records
+for module in (_tls_records, _hbone_data):
+    assert module.__file__.startswith(sys.argv[1]), f"the installed build was imported: {module.__file__}"
 import pytest
 sys.exit(pytest.main(["-q", "--capture=sys", "-p", "no:cacheprovider", "-p", "no:xdist", *sys.argv[2:]]))
 """
@@ -63,7 +72,7 @@ def test_the_native_records_pass_their_security_tests_under_address_and_undefine
         timeout=60,
     )
     assert built.returncode == 0, built.stderr
-    if not list(tmp_path.glob("_tls_records*")):
+    if not list(tmp_path.glob("_tls_records*")) or not list(tmp_path.glob("_hbone_data*")):
         _unavailable(built.stdout.strip())
     env = {
         **os.environ,
@@ -71,6 +80,7 @@ def test_the_native_records_pass_their_security_tests_under_address_and_undefine
         "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1",
         "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1",
         "AMBIT_EXCHANGE_EXAMPLES": "6",
+        "AMBIT_DATA_PATH_EXAMPLES": "100",
         "CI": "true",  # in the child a native test that cannot run fails rather than skips
         "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)]),
     }

@@ -54,8 +54,9 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from typing import Protocol, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
+from ambit import native
 from ambit.hbone.events import (
     ConnectionDraining,
     ConnectionTerminated,
@@ -73,6 +74,10 @@ from ambit.hbone.events import (
 )
 from ambit.proxy.errors import ProxyError, StreamClosedError
 from ambit.proxy.streams import PushSink
+from ambit.tls.native_transport import NativeTlsSocketTransport
+
+if TYPE_CHECKING:
+    from ambit.native._hbone_data import DataPath
 
 log = logging.getLogger(__name__)
 
@@ -422,6 +427,9 @@ class HboneSession(asyncio.Protocol):
         self.received = False
         """Set by every arrival of bytes and every drain of our output; the owner's liveness timer clears it (a
         flag: no clock read per read)."""
+        self.data_path: DataPath | None = None
+        """The core's DATA frames of attached streams parsed in C (``ambit.native._hbone_data``) once released, on a
+        native TLS transport: it sets ``received`` and calls ``flush`` as ``data_received`` does."""
         self.on_ping_acknowledged: Callable[[], None] | None = None
         """Called when the peer answers the PING the owner sent (``core.ping``)."""
         self.loop = asyncio.get_running_loop()
@@ -511,6 +519,10 @@ class HboneSession(asyncio.Protocol):
                 break
             self.data_received(data)
         self.flush()
+        hbone_data = native.selection().hbone_data
+        if hbone_data is not None and isinstance(self.transport, NativeTlsSocketTransport):
+            self.data_path = hbone_data.DataPath(self.core, self)
+            self.transport.set_data_path(self.data_path.feed)
 
     def flush(self) -> None:
         """Write what the core has to send, if the transport is still open (and not held)."""

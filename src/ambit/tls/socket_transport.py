@@ -334,10 +334,13 @@ class TlsSocketTransport(asyncio.Transport):
         try:
             self._protocol.data_received(data)
         except Exception as exc:  # the protocol's bug, not the peer's: said once, with its traceback
-            log.exception("%r: data_received failed", self)
-            self._fail(exc)
+            self._protocol_failed(exc)
             return False
         return not self._lost
+
+    def _protocol_failed(self, exc: Exception) -> None:
+        log.exception("%r: data_received failed", self)
+        self._fail(exc)
 
     def _read_ready_otherwise(self) -> None:
         """The reader fired while a write waits for it, or the connection is closing, paused, or gone."""

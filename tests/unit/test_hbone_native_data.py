@@ -1,0 +1,266 @@
+"""The DATA frames of attached streams parsed in C (``ambit.native._hbone_data``, issue 23 step 2) against the
+Python engine they stand in for.
+
+Differential: two servers in the same state get the same bytes, cut at the same points; one parses every read with
+``receive_data``, the other as the native transport does (``DataPath.feed`` first, then ``receive_data`` with the
+rest). They must report the same events, hand their sinks the same bytes, send the same bytes (WINDOW_UPDATE,
+GOAWAY, RST_STREAM...) and end in the same flow-control state, whatever the frames are: DATA of every size, with
+END_STREAM, padding or flags nobody uses, empty, over a window, over SETTINGS_MAX_FRAME_SIZE, for streams that are
+unknown, other frames between them, sinks that detach or close the connection from inside.
+
+The flood and overrun rules stay the core's: a frame over SETTINGS_MAX_FRAME_SIZE and a window overrun end the
+connection with the same GOAWAY on both paths; a flood of empty DATA frames is parsed by the core on both (C hands
+every empty frame back), with the same outcome.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import struct
+from collections.abc import Iterator
+from types import ModuleType
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ambit import native
+from ambit.hbone import DataReceived, Event, HboneClientConnection, HboneServerConnection, HboneSettings, wire
+
+KiB = 1024
+SETTINGS = HboneSettings(stream_window=64 * KiB, connection_window=128 * KiB, max_frame_size=32 * KiB)
+
+
+@pytest.fixture(scope="module")
+def hbone_data() -> Iterator[ModuleType]:
+    module = native.load_hbone_data()
+    if module is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI=true and the native HBONE DATA path (_hbone_data) cannot be used")
+        pytest.skip("the native HBONE DATA path is not built (scripts/build_native.py builds it)")
+    yield module
+
+
+class Shell:
+    """What a DataPath needs of its session: ``received`` and ``flush`` (here into a list)."""
+
+    def __init__(self, core: HboneServerConnection) -> None:
+        self.core = core
+        self.received = False
+        self.sent = bytearray()
+
+    def flush(self) -> None:
+        self.sent += self.core.data_to_send()
+
+
+class Sink:
+    """Keeps what its stream delivers; may detach after ``detach_after`` octets or close the connection."""
+
+    def __init__(self, core: HboneServerConnection, stream_id: int, detach_after: int, close_after: int) -> None:
+        self.core, self.stream_id = core, stream_id
+        self.detach_after, self.close_after = detach_after, close_after
+        self.data = bytearray()
+        self.pieces: list[bytes | memoryview] = []  # kept, as a socket's backlog keeps them: they must stay valid
+
+    def __call__(self, piece: bytes | memoryview) -> None:
+        assert not isinstance(piece, memoryview) or piece.readonly
+        self.data += piece
+        self.pieces.append(piece)
+        if len(self.data) >= self.close_after:
+            self.core.close(wire.NO_ERROR)
+        elif len(self.data) >= self.detach_after:
+            self.core.detach(self.stream_id)
+
+
+class Twins:
+    """Two servers in one state, with one tunnel from one client, its stream attached to a sink on each."""
+
+    def __init__(self, hbone_data: ModuleType, detach_after: int = 1 << 40, close_after: int = 1 << 40) -> None:
+        self.client = HboneClientConnection(HboneSettings())
+        self.python = HboneServerConnection(SETTINGS)
+        self.native = HboneServerConnection(SETTINGS)
+        self.pump()
+        self.stream_id = self.client.open_tunnel("198.18.200.7:8080")
+        self.pump()
+        self.python.respond(self.stream_id, 200)
+        self.native.respond(self.stream_id, 200)
+        self.pump()
+        self.sinks = [Sink(core, self.stream_id, detach_after, close_after) for core in (self.python, self.native)]
+        self.python.attach(self.stream_id, self.sinks[0])
+        self.native.attach(self.stream_id, self.sinks[1])
+        self.shell = Shell(self.native)
+        self.path = hbone_data.DataPath(self.native, self.shell)
+        self.sent = [bytearray(), bytearray()]
+
+    def pump(self) -> None:
+        while True:
+            to_server = self.client.data_to_send()
+            to_client = self.python.data_to_send()
+            assert self.native.data_to_send() == to_client
+            if not to_server and not to_client:
+                return
+            if to_server:
+                assert _events(self.python.receive_data(to_server)) == _events(self.native.receive_data(to_server))
+            if to_client:
+                self.client.receive_data(to_client)
+
+    def feed(self, data: bytes) -> tuple[list[object], list[object]]:
+        """``data`` to each server, its way; the events of each."""
+        python_events = self.python.receive_data(data)
+        self.sent[0] += self.python.data_to_send()
+        taken = self.path.feed(data)
+        assert 0 <= taken <= len(data)
+        native_events = self.native.receive_data(data[taken:]) if taken < len(data) else []
+        self.sent[1] += self.shell.sent + self.native.data_to_send()
+        self.shell.sent.clear()
+        return _events(python_events), _events(native_events)
+
+    def state(self, core: HboneServerConnection) -> tuple[object, ...]:
+        stream = core._streams.get(self.stream_id)
+        streams = None if stream is None else (stream.recv_window, stream.unacked, stream.remote_closed)
+        return (
+            core.closed,
+            core._recv_window,
+            core._recv_unacked,
+            core._data_left,
+            bytes(core._buf),
+            sorted(core._streams),
+            streams,
+        )
+
+
+def _events(events: list[Event]) -> list[object]:
+    return [("data", e.stream_id, bytes(e.data), e.flow_length) if isinstance(e, DataReceived) else e for e in events]
+
+
+def _frame(frame_type: int, flags: int, stream_id: int, payload: bytes) -> bytes:
+    return struct.pack(">HBBBL", len(payload) >> 8, len(payload) & 0xFF, frame_type, flags, stream_id) + payload
+
+
+def _frames(ops: list[tuple[str, int, int]], stream_id: int) -> bytes:
+    out = []
+    for step, (kind, size, flags) in enumerate(ops):
+        payload = bytes([step % 256]) * size
+        if kind == "data":
+            out.append(_frame(wire.DATA, flags, stream_id, payload))
+        elif kind == "padded":
+            out.append(_frame(wire.DATA, wire.PADDED, stream_id, bytes([3]) + payload + b"\0\0\0"))
+        elif kind == "unknown-stream":
+            out.append(_frame(wire.DATA, 0, stream_id + 2 * (1 + flags % 3), payload))
+        elif kind == "stream-zero":
+            out.append(_frame(wire.DATA, 0, 0, payload))
+        elif kind == "oversized":
+            out.append(_frame(wire.DATA, 0, stream_id, bytes(SETTINGS.max_frame_size + 1 + size % 64)))
+        elif kind == "ping":
+            out.append(_frame(wire.PING, 0, 0, payload[:8].ljust(8, b"p")))
+        elif kind == "window-update":
+            out.append(wire.window_update(stream_id, 1 + size))
+        elif kind == "unknown-type":
+            out.append(_frame(0xFA, flags, stream_id, payload[:100]))
+        elif kind == "reset":
+            out.append(wire.rst_stream(stream_id, wire.CANCEL))
+    return b"".join(out)
+
+
+def _split(data: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({0, len(data), *(c % (len(data) + 1) for c in cuts)})
+    return [data[a:b] for a, b in itertools.pairwise(points)]
+
+
+_KINDS = st.sampled_from(
+    ["data"] * 12
+    + ["padded", "unknown-stream", "stream-zero", "oversized", "ping", "window-update", "unknown-type"]
+    + ["reset"]
+)
+_SIZES = st.one_of(st.integers(0, 40), st.integers(0, 40 * KiB), st.sampled_from([1, 16 * KiB, 32 * KiB]))
+_FLAGS = st.sampled_from([0, 0, 0, wire.END_STREAM, 0x2, 0x20, 0x40])
+
+
+@settings(
+    max_examples=int(os.environ.get("AMBIT_DATA_PATH_EXAMPLES", "300")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    ops=st.lists(st.tuples(_KINDS, _SIZES, _FLAGS), max_size=25),
+    cuts=st.lists(st.integers(0, 1 << 20), max_size=12),
+    detach_after=st.sampled_from([1 << 40, 1, 20 * KiB]),
+    close_after=st.sampled_from([1 << 40, 1 << 40, 50 * KiB]),
+)
+def test_the_native_data_path_does_what_the_python_engine_does_with_any_frames_cut_anywhere(
+    hbone_data: ModuleType, ops: list[tuple[str, int, int]], cuts: list[int], detach_after: int, close_after: int
+) -> None:
+    twins = Twins(hbone_data, detach_after, close_after)
+    for piece in _split(_frames(ops, twins.stream_id), cuts):
+        python_events, native_events = twins.feed(piece)
+        assert native_events == python_events
+        assert twins.sent[1] == twins.sent[0]
+        assert twins.sinks[1].data == twins.sinks[0].data
+        assert twins.state(twins.native) == twins.state(twins.python)
+    assert b"".join(twins.sinks[1].pieces) == b"".join(twins.sinks[0].pieces) == twins.sinks[0].data
+
+
+def test_whole_data_frames_of_an_attached_stream_never_reach_receive_data(hbone_data: ModuleType) -> None:
+    twins = Twins(hbone_data)
+    data = _frames([("data", 1000, 0), ("data", 20 * KiB, 0), ("data", 1, 0)], twins.stream_id)
+    assert twins.path.feed(data) == len(data)
+    assert (twins.path.frames, twins.path.octets) == (3, 1000 + 20 * KiB + 1)
+    assert twins.shell.received and bytes(twins.sinks[1].data) == b"\0" * 1000 + b"\1" * 20 * KiB + b"\2"
+
+
+def test_a_frame_cut_by_the_read_goes_on_in_c_where_the_core_left_it(hbone_data: ModuleType) -> None:
+    twins = Twins(hbone_data)
+    data = _frames([("data", 30 * KiB, 0)], twins.stream_id)
+    assert twins.path.feed(data[:100]) == 100 and twins.native._data_left == 30 * KiB - 91
+    assert twins.path.feed(data[100:]) == len(data) - 100 and twins.native._data_left == 0
+    assert len(twins.sinks[1].data) == 30 * KiB and twins.path.frames == 2
+
+
+def test_a_window_half_used_up_is_given_back_by_c_with_the_window_update_the_core_would_send(
+    hbone_data: ModuleType,
+) -> None:
+    twins = Twins(hbone_data)
+    data = _frames([("data", 32 * KiB, 0)], twins.stream_id)
+    python_events, native_events = twins.feed(data)
+    assert python_events == native_events == []
+    assert twins.sent[1] == twins.sent[0] == wire.window_update(twins.stream_id, 32 * KiB)
+    assert twins.path.octets == 32 * KiB
+
+
+@pytest.mark.parametrize(
+    ("kind", "error_code"),
+    [("oversized", wire.FRAME_SIZE_ERROR), ("overrun", wire.FLOW_CONTROL_ERROR)],
+)
+def test_a_frame_over_the_size_limit_or_a_window_overrun_ends_the_connection_on_both_paths(
+    hbone_data: ModuleType, kind: str, error_code: int
+) -> None:
+    twins = Twins(hbone_data)
+    if kind == "oversized":
+        data = _frames([("oversized", 0, 0)], twins.stream_id)
+    else:  # two frames within SETTINGS_MAX_FRAME_SIZE, the second over the 64 KiB stream window
+        data = _frames([("data", 32 * KiB, 0), ("data", 32 * KiB, 0), ("data", 1, 0)], twins.stream_id)
+        twins.python.detach(twins.stream_id)  # unconsumed: the window closes behind the reader
+        twins.native.detach(twins.stream_id)
+    python_events, native_events = twins.feed(data)
+    assert native_events == python_events
+    assert twins.python.closed and twins.native.closed
+    goaway = wire.goaway(0, error_code)[:9]  # the header: GOAWAY on stream 0, whatever the debug text
+    assert goaway[3:] in bytes(twins.sent[1]) and twins.sent[1] == twins.sent[0]
+
+
+def test_a_flood_of_empty_data_frames_is_the_cores_to_judge_on_both_paths(hbone_data: ModuleType) -> None:
+    twins = Twins(hbone_data)
+    flood = _frames([("data", 0, 0)], twins.stream_id) * 20_000
+    assert twins.path.feed(flood) == 0  # every empty frame goes to the core, which applies its own rules
+    python_events, native_events = twins.feed(flood)
+    assert native_events == python_events
+    assert twins.state(twins.native) == twins.state(twins.python)
+    assert twins.sent[1] == twins.sent[0]
+
+
+def test_feed_refuses_anything_but_bytes(hbone_data: ModuleType) -> None:
+    twins = Twins(hbone_data)
+    for wrong in (bytearray(b"x" * 9), memoryview(b"x" * 9), "text"):
+        with pytest.raises(TypeError):
+            twins.path.feed(wrong)
