@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import ssl
 import struct
 from collections.abc import Iterator
 from types import ModuleType
@@ -27,6 +28,7 @@ from hypothesis import strategies as st
 
 from ambit import native
 from ambit.hbone import DataReceived, Event, HboneClientConnection, HboneServerConnection, HboneSettings, wire
+from ambit.tls.write_backlog import WriteBacklog
 
 KiB = 1024
 SETTINGS = HboneSettings(stream_window=64 * KiB, connection_window=128 * KiB, max_frame_size=32 * KiB)
@@ -264,3 +266,181 @@ def test_feed_refuses_anything_but_bytes(hbone_data: ModuleType) -> None:
     for wrong in (bytearray(b"x" * 9), memoryview(b"x" * 9), "text"):
         with pytest.raises(TypeError):
             twins.path.feed(wrong)
+
+
+# Sending: DataPath.send against send_data_now and the transport's write.
+
+
+class Records:
+    """The records' seam: ``write`` puts the frame on the wire and says the socket held ``holding`` octets of it,
+    or raises ``refuse``."""
+
+    def __init__(self, wire: bytearray) -> None:
+        self.wire = wire
+        self.holding = 0
+        self.refuse: OSError | None = None
+        self.writes = 0
+
+    def write(self, frame: bytes) -> int:
+        if self.refuse is not None:
+            raise self.refuse
+        self.wire += frame
+        self.writes += 1
+        return self.holding
+
+
+class Transport:
+    """The native transport's seam as ``send`` uses it: open or closing, its backlog (which ``_hold`` keeps as the
+    transport's does), its records, and ``write`` (order kept: it queues behind what is held)."""
+
+    def __init__(self, wire: bytearray) -> None:
+        self.wire = wire
+        self._closing = False
+        self._backlog = WriteBacklog()
+        self._records = Records(wire)
+        self.held: list[int] = []
+
+    def _hold(self, held: int) -> None:
+        self.held.append(held)
+        self._backlog.hold(held)
+
+    def write(self, data: bytes) -> None:
+        self.wire += data
+
+
+class SendingShell:
+    def __init__(self) -> None:
+        self.held = False
+        self.write_paused = False
+        self.received = False
+
+    def flush(self) -> None:
+        pass
+
+
+class SendingTwins:
+    """Two clients in one state, one tunnel each to one server: one sends as write_nowait does on the Python path
+    (send_data_now, then the transport), the other as it does with a data path (send, else the same)."""
+
+    def __init__(self, hbone_data: ModuleType, settings: HboneSettings) -> None:
+        self.python = HboneClientConnection(HboneSettings())
+        self.native = HboneClientConnection(HboneSettings())
+        self.server = HboneServerConnection(settings)
+        self.sent = [bytearray(), bytearray()]
+        self.stream_id = self.python.open_tunnel("198.18.200.7:8080")
+        assert self.native.open_tunnel("198.18.200.7:8080") == self.stream_id
+        out = self.python.data_to_send()
+        assert self.native.data_to_send() == out
+        self.server.receive_data(out)
+        self.server.respond(self.stream_id, 200)
+        self.to_both(self.server.data_to_send())
+        self.sent = [bytearray(), bytearray()]
+        self.transport = Transport(self.sent[1])
+        self.shell = SendingShell()
+        self.path = hbone_data.DataPath(self.native, self.shell, self.transport)
+
+    def to_both(self, data: bytes) -> None:
+        if data:
+            assert _events(self.python.receive_data(data)) == _events(self.native.receive_data(data))
+        self.sent[0] += self.python.data_to_send()
+        self.sent[1] += self.native.data_to_send()
+
+    def send(self, data: bytes) -> tuple[bool, bool]:
+        """``data`` from each client; whether each writer may go on."""
+        out, pending = self.python.send_data_now(self.stream_id, data)
+        self.sent[0] += out
+        python_ok = pending <= 64 * KiB
+        below_bound = self.path.send(self.stream_id, data)
+        if below_bound is not None:
+            return python_ok, below_bound
+        out, pending = self.native.send_data_now(self.stream_id, data)
+        self.transport.write(out)
+        return python_ok, pending <= 64 * KiB
+
+    def state(self, core: HboneClientConnection) -> tuple[object, ...]:
+        stream = core._streams.get(self.stream_id)
+        streams = None if stream is None else (stream.send_window, stream.pending, stream.end_requested)
+        return (core._send_window, core._bucket_out, core._acks_owed, core._acks_before, streams)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    ops=st.lists(
+        st.one_of(
+            st.tuples(st.just("send"), st.one_of(st.integers(0, 300), st.integers(1, 300 * KiB))),
+            st.tuples(st.just("window"), st.integers(1, 200 * KiB)),
+            st.tuples(st.just("hold"), st.integers(0, 3)),
+            st.tuples(st.just("end"), st.just(0)),
+        ),
+        max_size=20,
+    ),
+    window=st.sampled_from([16 * KiB, 64 * KiB, 4 * 1024 * KiB]),
+)
+def test_send_writes_what_send_data_now_then_the_transport_would_write(
+    hbone_data: ModuleType, ops: list[tuple[str, int]], window: int
+) -> None:
+    twins = SendingTwins(hbone_data, HboneSettings(stream_window=window))
+    for kind, value in ops:
+        if kind == "send":
+            python_ok, native_ok = twins.send(bytes([value % 256]) * value)
+            assert native_ok == python_ok
+        elif kind == "window":  # the server reads and consumes: WINDOW_UPDATEs reach both clients
+            twins.to_both(wire.window_update(0, value) + wire.window_update(twins.stream_id, value))
+        elif kind == "hold":  # the socket takes everything from now on, or holds some of each write
+            twins.transport._records.holding = value * 100
+            if not value:
+                twins.transport._hold(0)
+        else:  # the last op: a write after it is the caller's error on either path
+            twins.python.end_stream(twins.stream_id)
+            twins.native.end_stream(twins.stream_id)
+            twins.to_both(b"")
+        assert twins.sent[1] == twins.sent[0]
+        assert twins.state(twins.native) == twins.state(twins.python)
+        if kind == "end":
+            break
+
+
+def test_send_frames_a_chunk_through_the_records_and_tells_the_transport_what_the_socket_held(
+    hbone_data: ModuleType,
+) -> None:
+    twins = SendingTwins(hbone_data, HboneSettings())
+    assert twins.send(b"hello") == (True, True)
+    assert twins.transport._records.writes == 1
+    assert bytes(twins.sent[1]) == bytes(twins.sent[0]) == wire.frame(wire.DATA, 0, twins.stream_id, b"hello")
+    twins.transport._records.holding = 7
+    assert twins.path.send(twins.stream_id, b"more") is True and twins.transport.held == [7]
+    assert twins.path.send(twins.stream_id, b"later") is None  # held bytes: the transport queues what follows
+    assert twins.transport._records.writes == 2
+
+
+def test_send_leaves_everything_else_to_the_python_path(hbone_data: ModuleType) -> None:
+    twins = SendingTwins(hbone_data, HboneSettings(max_frame_size=16 * KiB))
+    refusals = {
+        "empty": lambda: twins.path.send(twins.stream_id, b""),
+        "unknown stream": lambda: twins.path.send(twins.stream_id + 2, b"x"),
+        "stream 0": lambda: twins.path.send(0, b"x"),
+        "over send_chunk": lambda: twins.path.send(twins.stream_id, bytes(256 * KiB + 1)),
+        "over the peer's frame size": lambda: twins.path.send(twins.stream_id, bytes(16 * KiB + 1)),
+    }
+    for name, call in refusals.items():
+        assert call() is None, name
+    twins.shell.held = True
+    assert twins.path.send(twins.stream_id, b"x") is None
+    twins.shell.held = False
+    twins.transport._closing = True
+    assert twins.path.send(twins.stream_id, b"x") is None
+    twins.transport._closing = False
+    twins.native.ping(b"12345678")  # output queued in the core: it goes first, through the Python path
+    assert twins.path.send(twins.stream_id, b"x") is None
+    assert twins.transport._records.writes == 0 and twins.state(twins.native) == twins.state(twins.python)
+
+
+def test_a_refused_write_goes_to_the_transport_whole(hbone_data: ModuleType) -> None:
+    twins = SendingTwins(hbone_data, HboneSettings())
+    twins.transport._records.refuse = ssl.SSLWantReadError(2, "a post-handshake message first")
+    assert twins.path.send(twins.stream_id, b"kept") is True
+    assert bytes(twins.sent[1]) == wire.frame(wire.DATA, 0, twins.stream_id, b"kept")
+    assert twins.transport._records.writes == 0
+    twins.transport._records.refuse = None
+    twins.shell.write_paused = True
+    assert twins.path.send(twins.stream_id, b"paused") is False

@@ -24,6 +24,9 @@
  * come, a header block in progress, streams waiting for a window). Every refusal of the core therefore stays the
  * core's, by the same code: FRAME_SIZE_ERROR, FLOW_CONTROL_ERROR, the flood budgets (rules A to C).
  *
+ * Sending (DataPath.send) is in hbone_send.c: a relay's chunk framed as DATA and written through the transport's
+ * records in one call, on the same fields of the core.
+ *
  * Memory safety: every length is the peer's 24-bit field checked against max_frame_size and against the octets
  * held before any use; the header is read only when 9 octets are held; nothing is copied into a buffer of ours.
  * The GIL is held throughout.
@@ -32,30 +35,20 @@
 #include <Python.h>
 #include <structmember.h>
 
-#define FRAME_HEADER 9
-#define TYPE_DATA 0x0
-#define TYPE_WINDOW_UPDATE 0x8
-#define FLAG_END_STREAM 0x1
-#define FLAG_PADDED 0x8
-#define STREAM_ID_MASK 0x7FFFFFFFu
+#include "hbone_data.h"
 
 /* The attribute names of the core, its streams and the session, interned once. */
-static PyObject *s_closed, *s_buf, *s_data_left, *s_data_stream, *s_data_deliver, *s_data_end, *s_need_preface,
+PyObject *s_closed, *s_buf, *s_data_left, *s_data_stream, *s_data_deliver, *s_data_end, *s_need_preface,
     *s_continuation, *s_peer_settings_seen, *s_blocked, *s_streams, *s_settings, *s_client_side, *s_recv_window,
-    *s_recv_unacked, *s_out, *s_give_back, *s_window, *s_sink, *s_remote_closed, *s_ready, *s_unacked, *s_max_frame_size,
-    *s_connection_window, *s_stream_window, *s_received, *s_flush;
-static PyObject *zero;
-
-typedef struct {
-    PyObject_HEAD
-    PyObject *core;    /* the ambit.hbone connection */
-    PyObject *session; /* its shell: told of input (received) and asked to flush what was queued */
-    unsigned long long frames; /* DATA frames (or pieces of one) handed to sinks */
-    unsigned long long octets; /* their payload octets */
-} DataPath;
+    *s_recv_unacked, *s_out, *s_give_back, *s_window, *s_sink, *s_remote_closed, *s_ready, *s_unacked,
+    *s_max_frame_size, *s_connection_window, *s_stream_window, *s_received, *s_flush, *s_held, *s_write_paused,
+    *s_closing, *s_backlog, *s_size, *s_records, *s_write, *s_hold, *s_queue, *s_end_requested, *s_send_window,
+    *s_conn_send_window, *s_send_chunk, *s_peer_max_frame, *s_bucket_out, *s_ack_window, *s_acks_owed,
+    *s_acks_before;
+PyObject *zero;
 
 /* An attribute as a C long: 0, or -1 with an exception set (not an int, or out of range). */
-static int get_long(PyObject *obj, PyObject *name, long *value)
+int get_long(PyObject *obj, PyObject *name, long *value)
 {
     PyObject *item = PyObject_GetAttr(obj, name);
     if (item == NULL)
@@ -65,7 +58,7 @@ static int get_long(PyObject *obj, PyObject *name, long *value)
     return (*value == -1 && PyErr_Occurred()) ? -1 : 0;
 }
 
-static int set_long(PyObject *obj, PyObject *name, long value)
+int set_long(PyObject *obj, PyObject *name, long value)
 {
     PyObject *item = PyLong_FromLong(value);
     if (item == NULL)
@@ -76,7 +69,7 @@ static int set_long(PyObject *obj, PyObject *name, long value)
 }
 
 /* An attribute's truth: 1, 0, or -1 with an exception set. */
-static int get_true(PyObject *obj, PyObject *name)
+int get_true(PyObject *obj, PyObject *name)
 {
     PyObject *item = PyObject_GetAttr(obj, name);
     if (item == NULL)
@@ -321,15 +314,16 @@ static PyObject *DataPath_feed(DataPath *self, PyObject *data)
 
 static PyObject *DataPath_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"core", "session", NULL};
-    PyObject *core, *session;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO", keywords, &core, &session))
+    static char *keywords[] = {"core", "session", "transport", NULL};
+    PyObject *core, *session, *transport = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|O", keywords, &core, &session, &transport))
         return NULL;
     DataPath *self = (DataPath *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
     self->core = Py_NewRef(core);
     self->session = Py_NewRef(session);
+    self->transport = Py_NewRef(transport);
     return (PyObject *)self;
 }
 
@@ -337,6 +331,7 @@ static int DataPath_traverse(DataPath *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->core);
     Py_VISIT(self->session);
+    Py_VISIT(self->transport);
     return 0;
 }
 
@@ -344,6 +339,7 @@ static int DataPath_clear(DataPath *self)
 {
     Py_CLEAR(self->core);
     Py_CLEAR(self->session);
+    Py_CLEAR(self->transport);
     return 0;
 }
 
@@ -356,6 +352,7 @@ static void DataPath_dealloc(DataPath *self)
 
 static PyMethodDef DataPath_methods[] = {
     {"feed", (PyCFunction)DataPath_feed, METH_O, feed_doc},
+    {"send", (PyCFunction)(void (*)(void))DataPath_send, METH_FASTCALL, DataPath_send_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -418,6 +415,24 @@ PyMODINIT_FUNC PyInit__hbone_data(void)
         {&s_stream_window, "stream_window"},
         {&s_received, "received"},
         {&s_flush, "flush"},
+        {&s_held, "held"},
+        {&s_write_paused, "write_paused"},
+        {&s_closing, "_closing"},
+        {&s_backlog, "_backlog"},
+        {&s_size, "size"},
+        {&s_records, "_records"},
+        {&s_write, "write"},
+        {&s_hold, "_hold"},
+        {&s_queue, "queue"},
+        {&s_end_requested, "end_requested"},
+        {&s_send_window, "send_window"},
+        {&s_conn_send_window, "_send_window"},
+        {&s_send_chunk, "send_chunk"},
+        {&s_peer_max_frame, "_peer_max_frame"},
+        {&s_bucket_out, "_bucket_out"},
+        {&s_ack_window, "_ack_window"},
+        {&s_acks_owed, "_acks_owed"},
+        {&s_acks_before, "_acks_before"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (*names[i].slot == NULL && (*names[i].slot = PyUnicode_InternFromString(names[i].name)) == NULL)
