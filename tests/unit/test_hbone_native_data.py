@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from types import ModuleType
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ambit import native
@@ -140,8 +140,9 @@ def _frame(frame_type: int, flags: int, stream_id: int, payload: bytes) -> bytes
     return struct.pack(">HBBBL", len(payload) >> 8, len(payload) & 0xFF, frame_type, flags, stream_id) + payload
 
 
-def _frames(ops: list[tuple[str, int, int]], stream_id: int) -> bytes:
-    out = []
+def _frames(ops: list[tuple[str, int, int]], stream_id: int, inner_starts: list[int] | None = None) -> bytes:
+    """The frames ``ops`` name, joined; ``inner_starts`` gets where each frame inside a "nested" payload starts."""
+    out: list[bytes] = []
     for step, (kind, size, flags) in enumerate(ops):
         payload = bytes([step % 256]) * size
         if kind == "data":
@@ -162,6 +163,13 @@ def _frames(ops: list[tuple[str, int, int]], stream_id: int) -> bytes:
             out.append(_frame(0xFA, flags, stream_id, payload[:100]))
         elif kind == "reset":
             out.append(wire.rst_stream(stream_id, wire.CANCEL))
+        elif kind == "nested":  # a payload that reads as DATA frames of the stream: only a desync would parse it
+            count = 1 + size % 8
+            if inner_starts is not None:
+                start = sum(map(len, out)) + 9
+                inner_starts += [start + 14 * i for i in range(count)]
+            inner = _frame(wire.DATA, 0, stream_id, b"inner") * count
+            out.append(_frame(wire.DATA, flags & wire.END_STREAM, stream_id, inner))
     return b"".join(out)
 
 
@@ -189,12 +197,25 @@ _FLAGS = st.sampled_from([0, 0, 0, wire.END_STREAM, 0x2, 0x20, 0x40])
     cuts=st.lists(st.integers(0, 1 << 20), max_size=12),
     detach_after=st.sampled_from([1 << 40, 1, 20 * KiB]),
     close_after=st.sampled_from([1 << 40, 1 << 40, 50 * KiB]),
+    at_inner_frames=st.booleans(),
+)
+@example(  # a frame the core began (END_STREAM: not C's) whose payload reads as frames, cut where one starts
+    ops=[("nested", 1, wire.END_STREAM)], cuts=[], detach_after=1 << 40, close_after=1 << 40, at_inner_frames=True
 )
 def test_the_native_data_path_does_what_the_python_engine_does_with_any_frames_cut_anywhere(
-    hbone_data: ModuleType, ops: list[tuple[str, int, int]], cuts: list[int], detach_after: int, close_after: int
+    hbone_data: ModuleType,
+    ops: list[tuple[str, int, int]],
+    cuts: list[int],
+    detach_after: int,
+    close_after: int,
+    at_inner_frames: bool,
 ) -> None:
     twins = Twins(hbone_data, detach_after, close_after)
-    for piece in _split(_frames(ops, twins.stream_id), cuts):
+    inner_starts: list[int] = []
+    data = _frames(ops, twins.stream_id, inner_starts)
+    if at_inner_frames:  # reads that start where a payload holds what looks like a frame
+        cuts = cuts + inner_starts
+    for piece in _split(data, cuts):
         python_events, native_events = twins.feed(piece)
         assert native_events == python_events
         assert twins.sent[1] == twins.sent[0]
@@ -259,6 +280,24 @@ def test_a_flood_of_empty_data_frames_is_the_cores_to_judge_on_both_paths(hbone_
     assert native_events == python_events
     assert twins.state(twins.native) == twins.state(twins.python)
     assert twins.sent[1] == twins.sent[0]
+
+
+@pytest.mark.parametrize("flags", [wire.END_STREAM, 0])
+@pytest.mark.parametrize("detach_after", [1, 1 << 40])
+def test_a_payload_that_looks_like_frames_is_never_parsed_as_frames(
+    hbone_data: ModuleType, flags: int, detach_after: int
+) -> None:
+    """A frame the core has begun and C does not continue (it ends the stream, or its sink detached) is the core's to
+    the end: what its payload holds, even frames of the same stream, must not be parsed by C."""
+    twins = Twins(hbone_data, detach_after=detach_after)
+    inner = _frame(wire.DATA, 0, twins.stream_id, b"inner")
+    data = _frame(wire.DATA, flags, twins.stream_id, inner * 4)
+    cut = 9 + len(inner)  # the second read starts with a whole inner frame
+    for piece in (data[:cut], data[cut:]):
+        python_events, native_events = twins.feed(piece)
+        assert native_events == python_events
+    assert twins.sinks[1].data == twins.sinks[0].data
+    assert twins.state(twins.native) == twins.state(twins.python)
 
 
 def test_feed_refuses_anything_but_bytes(hbone_data: ModuleType) -> None:

@@ -20,7 +20,8 @@
  * It stops, handing the rest to receive_data, at anything else: fewer than 9 octets (the core keeps a partial
  * header in its own buffer), another frame type, a flag it does not handle, an empty frame, a length over
  * max_frame_size, a stream that is not attached or not known, a window the frame would overrun, and any state of
- * the core it does not handle (closed, a buffered partial frame, the preface or the peer's first SETTINGS still to
+ * the core it does not handle (closed, a buffered partial frame, a frame the core began and C does not continue,
+ * whose payload, whatever it looks like, is the core's to the end; the preface or the peer's first SETTINGS still to
  * come, a header block in progress, streams waiting for a window). Every refusal of the core therefore stays the
  * core's, by the same code: FRAME_SIZE_ERROR, FLOW_CONTROL_ERROR, the flood budgets (rules A to C).
  *
@@ -79,11 +80,14 @@ int get_true(PyObject *obj, PyObject *name)
     return result;
 }
 
-/* Whether the core is in a state where the rest of data may be parsed here: 1, 0, or -1 with an exception. */
-static int core_accepts(PyObject *core)
+/* Whether the core is in a state where the rest of data may be parsed here: 1, 0, or -1 with an exception. At a
+ * frame's first octet (at_frame), also that the core has no frame in progress: the octets that follow a frame it
+ * began and C did not continue are that frame's payload, whatever they look like. */
+static int core_accepts(PyObject *core, int at_frame)
 {
-    static PyObject **must_be_false[] = {&s_closed, &s_need_preface, &s_buf, &s_blocked};
-    for (size_t i = 0; i < sizeof must_be_false / sizeof must_be_false[0]; i++) {
+    static PyObject **must_be_false[] = {&s_closed, &s_need_preface, &s_buf, &s_blocked, &s_data_left};
+    size_t checks = sizeof must_be_false / sizeof must_be_false[0] - (at_frame ? 0 : 1);
+    for (size_t i = 0; i < checks; i++) {
         int truth = get_true(core, *must_be_false[i]);
         if (truth != 0)
             return truth < 0 ? -1 : 0;
@@ -236,7 +240,7 @@ static PyObject *DataPath_feed(DataPath *self, PyObject *data)
     const unsigned char *octets = (const unsigned char *)PyBytes_AS_STRING(data);
     Py_ssize_t size = PyBytes_GET_SIZE(data), pos = 0;
     long max_frame, windows[2];
-    int accepts = core_accepts(core), client_side = -1;
+    int accepts = core_accepts(core, 0), client_side = -1;
     if (accepts > 0) {
         PyObject *settings = PyObject_GetAttr(core, s_settings);
         if (settings == NULL || get_long(settings, s_max_frame_size, &max_frame) < 0 ||
@@ -251,6 +255,9 @@ static PyObject *DataPath_feed(DataPath *self, PyObject *data)
         accepts = pos < 0 ? -1 : 1;
     }
     while (accepts > 0 && size - pos >= FRAME_HEADER) {
+        /* Is pos a frame's first octet still (a begun frame may not be done, a sink may have changed the core)? */
+        if ((accepts = core_accepts(core, 1)) <= 0)
+            break;
         const unsigned char *header = octets + pos;
         long length = (long)header[0] << 16 | (long)header[1] << 8 | (long)header[2];
         unsigned long stream_id = ((unsigned long)header[5] << 24 | (unsigned long)header[6] << 16 |
@@ -258,9 +265,6 @@ static PyObject *DataPath_feed(DataPath *self, PyObject *data)
                                   STREAM_ID_MASK;
         if (header[3] != TYPE_DATA || header[4] & (FLAG_END_STREAM | FLAG_PADDED) || length == 0 ||
             length > max_frame || stream_id == 0)
-            break;
-        /* Between frames the core's state may have changed under a sink: ask again. */
-        if (pos > 0 && (accepts = core_accepts(core)) <= 0)
             break;
         long connection_left, stream_left;
         PyObject *sink;
