@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import gc
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -30,6 +30,8 @@ from tests.harness import ServerProcess, free_port
 
 from ambit import native
 from ambit.apiserver.server import ApiServer, ApiServerSettings
+from ambit.hbone.connection import HboneConnection
+from ambit.hbone.events import Event
 from ambit.tls.socket_transport import TlsTransportKind
 
 REPO = Path(__file__).resolve().parents[1]
@@ -171,7 +173,10 @@ def use_records_path(path: str) -> None:
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI=true and the native accelerator cannot be used: {reason}")
         pytest.skip(f"the native accelerator cannot be used: {reason} (scripts/build_native.py builds it)")
-    native.use(native.NativeSelection(module, reason))
+    hbone_data = native.load_hbone_data()
+    if hbone_data is None and os.environ.get("CI") == "true":
+        pytest.fail("CI=true and the native HBONE DATA path (_hbone_data) cannot be used")
+    native.use(native.NativeSelection(module, reason, hbone_data))
 
 
 @pytest.fixture(params=("python", "native"))
@@ -181,6 +186,45 @@ def records_path(request: pytest.FixtureRequest) -> Iterator[str]:
     use_records_path(path)
     yield path
     native.use(None)
+
+
+class _QuietShell:
+    """A DataPath's session in a pure test: ``received`` is set, and the core's output stays in the core."""
+
+    received = False
+
+    def flush(self) -> None:
+        pass
+
+
+Receive = Callable[[bytes], list[Event]]
+"""A core's ``receive_data``, on one of the two paths (``data_path``)."""
+DataPathFactory = Callable[[HboneConnection], Receive]
+
+
+@pytest.fixture(params=("python", "native"))
+def data_path(request: pytest.FixtureRequest) -> DataPathFactory:
+    """Each way a core's input is parsed, as a factory of its ``receive_data``: the Python engine alone, or first
+    the DATA frames of attached streams in C (``ambit.native._hbone_data``, as the native transport feeds them) and
+    the rest by the engine. A native path that is not built skips, or fails under CI (``CI=true``)."""
+    if request.param == "python":
+        return lambda core: core.receive_data
+    module = native.load_hbone_data()
+    if module is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI=true and the native HBONE DATA path (_hbone_data) cannot be used")
+        pytest.skip("the native HBONE DATA path is not built (scripts/build_native.py builds it)")
+
+    def native_receive(core: HboneConnection) -> Receive:
+        feed = module.DataPath(core, _QuietShell()).feed
+
+        def receive(data: bytes) -> list[Event]:
+            taken: int = feed(data)
+            return core.receive_data(data[taken:]) if taken < len(data) else []
+
+        return receive
+
+    return native_receive
 
 
 @pytest.fixture(params=("loop", "socket", "socket-native"))

@@ -27,6 +27,7 @@ from tests.integration.hbone_mesh import (
     until,
 )
 
+from ambit import native
 from ambit.hbone.connection import HboneSettings
 from ambit.identity.localca import LocalCa
 from ambit.model.identity import SpiffeId
@@ -56,6 +57,22 @@ async def test_one_tunnel_echoes_bytes_through_mutual_tls(mesh: Mesh) -> None:
     stats = mesh.pool.stats()
     assert stats["connections"] == 1
     assert stats["streams"] == 0
+    assert mesh.failures == []
+
+
+async def test_the_native_transport_frames_and_parses_a_tunnels_data_in_c(mesh: Mesh) -> None:
+    """On the native records the session runs the C data path (``ambit.native._hbone_data``), and only there: a
+    silent fallback to the Python engine, or the C path on another transport, fails here."""
+    stream = await mesh.open()
+    try:
+        data_path = stream._session.data_path
+        assert (data_path is not None) == (native.selection().hbone_data is not None and mesh.tls_transport == "socket")
+        payload = bytes(range(256)) * 64
+        assert stream.write_nowait(payload)  # framed by the data path's send where there is one
+        stream.write_eof()
+        assert await read_all(stream) == payload
+    finally:
+        await stream.aclose()
     assert mesh.failures == []
 
 

@@ -5,3 +5,5 @@ memory bound; plus the defences that held up then, so that they keep holding.
 One module per surface (``test_rbac.py``, ``test_hbone_dos.py``, ...). Attacks are bounded in count and time like
 every load loop of the suite.
 """
+
+from tests.security.tls_peers import certs, no_peer_traceback  # noqa: F401  # the TLS peer tests' fixtures

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import logging
 import os
 import socket
 import ssl
@@ -22,33 +21,32 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.conftest import use_records_path
-from tests.security.tls_peers import Certs, Sink, hand_handshake, make_certs, served, tcp_pair
+from tests.security.tls_peers import (
+    Certs,
+    Sink,
+    hand_handshake,
+    make_certs,
+    served,
+    socket_pair,
+    tcp_pair,
+)
 
 from ambit import native
 from ambit.tls.contexts import libssl_verify_mode
 from ambit.tls.native_transport import NativeTlsSocketTransport
-from ambit.tls.socket_transport import TlsSocketTransport, open_tls
+from ambit.tls.socket_transport import TlsSocketTransport
+
+pytestmark = pytest.mark.usefixtures("no_peer_traceback")
 
 MIB = 1024 * 1024
-
-
-@pytest.fixture
-async def certs(tmp_path: Path) -> Certs:
-    return await make_certs(tmp_path)
+EXCHANGE_EXAMPLES = int(os.environ.get("AMBIT_EXCHANGE_EXAMPLES", "25"))
+"""Hypothesis examples of the write/read exchange (the sanitizer run, ``test_native_sanitizers.py``, asks for few)."""
 
 
 @pytest.fixture(scope="module")
 def shared_certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
     """One set for every hypothesis example (a fixture per example would be remade for nothing)."""
     return asyncio.run(make_certs(tmp_path_factory.mktemp("native-records")))
-
-
-@pytest.fixture(autouse=True)
-def _no_traceback(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
-    caplog.set_level(logging.DEBUG, logger="ambit")
-    yield
-    tracebacks = [r.getMessage() for r in caplog.records if r.exc_info]
-    assert tracebacks == [], "a peer's failure was logged with a traceback"
 
 
 @pytest.fixture
@@ -69,13 +67,7 @@ def test_ci_runs_the_native_path_not_the_fallback_alone() -> None:
 
 
 async def test_each_record_path_gives_the_transport_it_names(certs: Certs, records_path: str) -> None:
-    client, server = await tcp_pair()
-    loop = asyncio.get_running_loop()
-    opening = loop.create_task(
-        open_tls(Sink, client, certs.client.client_context(), server_side=False, handshake_timeout=5)
-    )
-    transport = await served(certs, server, Sink())
-    peer, _ = await opening
+    peer, transport = await socket_pair(certs, Sink(), Sink())
     expected = NativeTlsSocketTransport if records_path == "native" else TlsSocketTransport
     assert type(transport) is expected and type(peer) is expected
     transport.abort()
@@ -173,14 +165,8 @@ class PausingSink(Sink):
 
 
 async def _exchange(certs: Certs, sizes: list[list[int]], every: int, high: int) -> None:
-    client, server = await tcp_pair()
-    loop = asyncio.get_running_loop()
     ends = [PausingSink(every), PausingSink(every)]
-    opening = loop.create_task(
-        open_tls(lambda: ends[0], client, certs.client.client_context(), server_side=False, handshake_timeout=5)
-    )
-    served_end = await served(certs, server, ends[1])
-    transports = [(await opening)[0], served_end]
+    transports = await socket_pair(certs, ends[0], ends[1])
     sent = [hashlib.sha256(), hashlib.sha256()]
     totals = [0, 0]
 
@@ -207,7 +193,7 @@ async def _exchange(certs: Certs, sizes: list[list[int]], every: int, high: int)
 _SIZES = st.lists(st.one_of(st.integers(1, 64), st.integers(1, 70_000), st.sampled_from([16384, 16385, 262144])))
 
 
-@settings(max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=EXCHANGE_EXAMPLES, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     sizes=st.lists(_SIZES, min_size=2, max_size=2),
     every=st.sampled_from([1, 1000, 16384, 100_000, 1 << 30]),

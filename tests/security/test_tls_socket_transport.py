@@ -14,35 +14,30 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import logging
 import socket
 import ssl
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.security.tls_peers import CLIENT, TD, Certs, Sink, hand_handshake, make_certs, served, tcp_pair, tls_end
+from tests.security.tls_peers import (
+    CLIENT,
+    TD,
+    Certs,
+    Sink,
+    hand_handshake,
+    served,
+    tcp_pair,
+    tls_end,
+)
 
 from ambit.identity.localca import LocalCa
 from ambit.tls.socket_transport import TlsTransportKind, open_tls
 
-pytestmark = pytest.mark.usefixtures("records_path")  # every test on both record paths: Python and C
+# Every test on both record paths (Python and C), and no traceback for a peer's failure.
+pytestmark = pytest.mark.usefixtures("records_path", "no_peer_traceback")
 
 MIB = 1024 * 1024
-
-
-@pytest.fixture
-async def certs(tmp_path: Path) -> Certs:
-    return await make_certs(tmp_path)
-
-
-@pytest.fixture(autouse=True)
-def _no_traceback(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
-    caplog.set_level(logging.DEBUG, logger="ambit")
-    yield
-    tracebacks = [r.getMessage() for r in caplog.records if r.exc_info]
-    assert tracebacks == [], "a peer's failure was logged with a traceback"
 
 
 async def test_a_handshake_trickled_a_byte_at_a_time_ends_at_the_deadline_from_its_start(certs: Certs) -> None:

@@ -1,16 +1,22 @@
 """Peers for the tests of TLS on the socket itself (``test_tls_socket_transport.py``, ``test_tls_native_records.py``):
 a protocol that records what arrives, a loopback TCP pair, a client handshake driven by hand over memory BIOs (so a
-test can stop it anywhere or send what no TLS stack would), and either end of a connection on either transport.
+test can stop it anywhere or send what no TLS stack would), either end of a connection on either transport, both
+ends on the socket transport; and their fixtures (``certs``, ``no_peer_traceback``: the suite's conftest imports
+them).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import socket
 import ssl
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 from ambit.identity.localca import LocalCa
 from ambit.model.identity import SpiffeId
@@ -32,6 +38,20 @@ async def make_certs(directory: Path) -> Certs:
     ca = LocalCa(directory / "ca", trust_domain=TD)
     client, server = await asyncio.gather(ca.fetch_certificate(CLIENT), ca.fetch_certificate(SERVER))
     return Certs(client, server)
+
+
+@pytest.fixture
+async def certs(tmp_path: Path) -> Certs:
+    return await make_certs(tmp_path)
+
+
+@pytest.fixture
+def no_peer_traceback(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    """A peer's failure is logged without a traceback."""
+    caplog.set_level(logging.DEBUG, logger="ambit")
+    yield
+    tracebacks = [r.getMessage() for r in caplog.records if r.exc_info]
+    assert tracebacks == [], "a peer's failure was logged with a traceback"
 
 
 class Sink(asyncio.Protocol):
@@ -138,3 +158,14 @@ async def served(certs: Certs, server: socket.socket, protocol: Sink) -> TlsSock
         lambda: protocol, server, certs.server.server_context(), server_side=True, handshake_timeout=5
     )
     return transport
+
+
+async def socket_pair(certs: Certs, client: Sink, server: Sink) -> tuple[TlsSocketTransport, TlsSocketTransport]:
+    """A loopback connection with both ends on the socket transport: the client's and the server's transports."""
+    client_sock, server_sock = await tcp_pair()
+    opening = asyncio.get_running_loop().create_task(
+        open_tls(lambda: client, client_sock, certs.client.client_context(), server_side=False, handshake_timeout=5)
+    )
+    server_transport = await served(certs, server_sock, server)
+    client_transport, _ = await opening
+    return client_transport, server_transport

@@ -15,6 +15,7 @@ import itertools
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.conftest import DataPathFactory
 
 from ambit.hbone import (
     ConnectionDraining,
@@ -27,15 +28,21 @@ from ambit.hbone import (
 )
 
 KiB = 1024
-PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 
 
 class Twin:
     """A client and a server joined in memory, with one open tunnel; the server consumes what it is told to."""
 
-    def __init__(self, server_settings: HboneSettings) -> None:
+    def __init__(self, server_settings: HboneSettings, data_path: DataPathFactory | None = None) -> None:
         self.client = HboneClientConnection(HboneSettings())
         self.server = HboneServerConnection(server_settings)
+        self.receive = self.server.receive_data if data_path is None else data_path(self.server)
+        """The server's receive_data, on the path the test runs (the ``data_path`` fixture)."""
         self.unconsumed: list[DataReceived] = []
         self.received = b""
         self.pump()
@@ -55,7 +62,7 @@ class Twin:
 
     def deliver(self, data: bytes) -> None:
         """Give the server ``data``; keep the payload it reports."""
-        for event in self.server.receive_data(data) if data else []:
+        for event in self.receive(data) if data else []:
             if isinstance(event, DataReceived):
                 self.unconsumed.append(event)
                 self.received += bytes(event.data)
@@ -136,9 +143,13 @@ def split(data: bytes, cuts: list[int]) -> list[bytes]:
     end=st.booleans(),
 )
 def test_attached_data_reaches_the_sink_in_wire_order_however_it_is_split_and_detaching_brings_events_back(
-    sizes: list[int], cuts: list[int], detach_after: int | None, end: bool
+    data_path: DataPathFactory,
+    sizes: list[int],
+    cuts: list[int],
+    detach_after: int | None,
+    end: bool,
 ) -> None:
-    twin = Twin(HboneSettings())
+    twin = Twin(HboneSettings(), data_path)
     sink = Sink(twin, detach_after)
     twin.server.attach(twin.stream_id, sink)
     sent = b""
@@ -150,7 +161,7 @@ def test_attached_data_reaches_the_sink_in_wire_order_however_it_is_split_and_de
         twin.client.end_stream(twin.stream_id)
     events = []
     for piece in split(twin.client.data_to_send(), cuts):
-        events += twin.server.receive_data(piece)
+        events += twin.receive(piece)
     as_events = [event for event in events if isinstance(event, DataReceived)]
     assert b"".join(sink.chunks) + b"".join(bytes(event.data) for event in as_events) == sent
     if detach_after is None or len(sink.chunks) < detach_after:
@@ -158,10 +169,12 @@ def test_attached_data_reaches_the_sink_in_wire_order_however_it_is_split_and_de
     assert [event for event in events if isinstance(event, StreamEnded)] == ([StreamEnded(twin.stream_id)] * end)
 
 
-def test_attached_data_is_consumed_so_a_sender_never_stalls_and_a_detached_one_stalls_after_one_window() -> None:
+def test_attached_data_is_consumed_so_a_sender_never_stalls_and_a_detached_one_stalls_after_one_window(
+    data_path: DataPathFactory,
+) -> None:
     window = 16 * KiB
     for detach in (False, True):
-        twin = Twin(HboneSettings(stream_window=window))
+        twin = Twin(HboneSettings(stream_window=window), data_path)
         sink = Sink(twin, 1 if detach else None)
         twin.server.attach(twin.stream_id, sink)
         for _ in range(256):  # 1 MiB in 4 KiB writes, the wire pumped after each
@@ -178,8 +191,10 @@ def test_attached_data_is_consumed_so_a_sender_never_stalls_and_a_detached_one_s
             assert twin.client.pending_bytes(twin.stream_id) == 0
 
 
-def test_a_sink_that_resets_its_stream_gets_nothing_more_and_the_read_goes_on() -> None:
-    twin = Twin(HboneSettings())
+def test_a_sink_that_resets_its_stream_gets_nothing_more_and_the_read_goes_on(
+    data_path: DataPathFactory,
+) -> None:
+    twin = Twin(HboneSettings(), data_path)
     other = twin.client.open_tunnel("198.18.200.8:8080")
     twin.pump()
     twin.server.respond(other, 200)
@@ -194,7 +209,7 @@ def test_a_sink_that_resets_its_stream_gets_nothing_more_and_the_read_goes_on() 
     twin.client.send_data(twin.stream_id, b"first")
     twin.client.send_data(twin.stream_id, b"second")
     twin.client.send_data(other, b"other stream")
-    events = twin.server.receive_data(twin.client.data_to_send())
+    events = twin.receive(twin.client.data_to_send())
     assert got == [b"first"]
     assert [(e.stream_id, bytes(e.data)) for e in events if isinstance(e, DataReceived)] == [(other, b"other stream")]
     assert not twin.server.closed
@@ -202,8 +217,10 @@ def test_a_sink_that_resets_its_stream_gets_nothing_more_and_the_read_goes_on() 
     assert [e.stream_id for e in told if isinstance(e, StreamReset)] == [twin.stream_id]
 
 
-def test_a_sink_that_closes_the_connection_stops_the_parse_without_raising() -> None:
-    twin = Twin(HboneSettings())
+def test_a_sink_that_closes_the_connection_stops_the_parse_without_raising(
+    data_path: DataPathFactory,
+) -> None:
+    twin = Twin(HboneSettings(), data_path)
     got: list[bytes] = []
 
     def closing(data: bytes | memoryview) -> None:
@@ -214,9 +231,9 @@ def test_a_sink_that_closes_the_connection_stops_the_parse_without_raising() -> 
     twin.client.send_data(twin.stream_id, b"first")
     twin.client.send_data(twin.stream_id, b"second")
     twin.client.ping(b"12345678")
-    assert twin.server.receive_data(twin.client.data_to_send()) == []
+    assert twin.receive(twin.client.data_to_send()) == []
     assert got == [b"first"]
     assert twin.server.closed and twin.server.active_streams == 0
-    assert twin.server.receive_data(b"more") == []
+    assert twin.receive(b"more") == []
     events = twin.client.receive_data(twin.server.data_to_send())  # the GOAWAY close() queued, and no PING ACK
     assert [type(e) for e in events] == [ConnectionDraining]

@@ -45,3 +45,18 @@ def test_the_process_selection_is_made_once_and_can_be_set(monkeypatch: pytest.M
         assert native.selection() is forced
     finally:
         native.use(None)
+
+
+def test_the_hbone_data_path_comes_with_the_native_records_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert native.select({"AMBIT_NATIVE": "0"}).hbone_data is None
+    module = native.load_hbone_data()
+    chosen = native.select({})
+    assert chosen.hbone_data is (module if chosen.tls_records is not None else None)
+    monkeypatch.setattr(native, "load_tls_records", lambda: (None, "not built"))
+    assert native.select({}).hbone_data is None  # no records in C: DATA frames stay in the Python engine
+    monkeypatch.undo()
+    monkeypatch.setattr(native, "load_hbone_data", lambda: None)
+    records_only = native.select({})
+    assert records_only.hbone_data is None
+    if records_only.tls_records is not None:
+        assert "HBONE DATA frames in Python" in records_only.describe()

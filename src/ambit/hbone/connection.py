@@ -205,6 +205,8 @@ class HboneConnection:
     """Behaviour shared by :class:`HboneClientConnection` and :class:`HboneServerConnection`."""
 
     _client_side: ClassVar[bool]
+    _ack_window: ClassVar[int] = _ACK_WINDOW
+    """Rule B's bucket, for the native DATA path (``ambit.native._hbone_data``), which keeps its count too."""
     _graceful_goaway: ClassVar[bool] = False
     _literal_headers: ClassVar[bool] = False
     """Header blocks index nothing (:mod:`ambit.hbone.hpack_literals`): the HBONE ends, whose CONNECT fields differ

@@ -1,7 +1,9 @@
 """Ambit's native accelerator: whether it loaded, and whether this process uses it (issue 23).
 
 Theory of operation: C sources next to this module are built by ``make install`` (``scripts/build_native.py``)
-into extension modules; ``_tls_records`` is the TLS record path of :mod:`ambit.tls.native_transport`. Every
+into extension modules; ``_tls_records`` is the TLS record path of :mod:`ambit.tls.native_transport`, and
+``_hbone_data`` the DATA frames of attached HBONE streams parsed on that path (``hbone_data.c``; used only with the
+records, by :class:`~ambit.proxy.hbone_stream.HboneSession` on a native transport). Every
 accelerated path has a pure-Python fallback that passes the same tests. The choice is made once per process, at
 start-up, from the environment:
 
@@ -37,6 +39,8 @@ class NativeSelection:
     tls_records: ModuleType | None
     reason: str
     """Why, in a few words (for the start-up log line and the config dump)."""
+    hbone_data: ModuleType | None = None
+    """``_hbone_data``, where it loads and the records are native; None: DATA frames stay in the Python engine."""
 
     @property
     def name(self) -> str:
@@ -60,6 +64,15 @@ def load_tls_records() -> tuple[ModuleType | None, str]:
     return _tls_records, f"TLS records in C, {os.path.basename(_tls_records.__file__ or '?')}"
 
 
+def load_hbone_data() -> ModuleType | None:
+    """``_hbone_data``, or None where it is not built or does not load."""
+    try:
+        from ambit.native import _hbone_data
+    except ImportError:
+        return None
+    return _hbone_data
+
+
 def select(environ: Mapping[str, str]) -> NativeSelection:
     """The data path ``environ`` asks for (see the module docstring); :class:`NativeError` when it cannot be had."""
     setting = environ.get(ENVIRONMENT, "")
@@ -70,7 +83,11 @@ def select(environ: Mapping[str, str]) -> NativeSelection:
     module, reason = load_tls_records()
     if module is None and setting == "1":
         raise NativeError(f"{ENVIRONMENT}=1 but the native accelerator cannot be used: {reason}")
-    return NativeSelection(module, reason)
+    if module is None:
+        return NativeSelection(None, reason)
+    hbone_data = load_hbone_data()
+    reason += ", HBONE DATA frames in C" if hbone_data is not None else ", HBONE DATA frames in Python (not built)"
+    return NativeSelection(module, reason, hbone_data)
 
 
 _selection: NativeSelection | None = None

@@ -11,11 +11,12 @@
  * limit is reached, or a record shorter than a full one ended with nothing more held by OpenSSL (SSL_has_pending):
  * one call per readiness event, one bytes object, no join.
  *
- * Writes: the SSL's write BIO is replaced (SSL_set0_wbio) by an in-memory sink of our own, so SSL_write_ex encrypts
- * all the caller's bytes into one buffer of records and the buffer leaves with one send(); what the socket refuses
- * stays here, in order, and its size (held) is what Python's flow control counts. Every OpenSSL call that may write
- * (SSL_read answering a post-handshake message, SSL_shutdown's close_notify) is followed by the same send, so
- * nothing written by OpenSSL waits for a writer that is not registered: Python reads held after each call.
+ * Writes: the SSL's write BIO is replaced (SSL_set0_wbio) by an in-memory sink of our own (record_sink.c), so
+ * SSL_write_ex encrypts all the caller's bytes into one buffer of records and the buffer leaves with one send();
+ * what the socket refuses stays here, in order, and its size (held) is what Python's flow control counts. Every
+ * OpenSSL call that may write (SSL_read answering a post-handshake message, SSL_shutdown's close_notify) is followed
+ * by the same send, so nothing written by OpenSSL waits for a writer that is not registered: Python reads held after
+ * each call.
  *
  * Memory safety: every length from Python is checked before use (limit, buffer sizes), nothing from the peer is
  * copied into a fixed-size buffer (OpenSSL parses the records; we only move plaintext it returns into a bytes object
@@ -34,141 +35,15 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
+#include "record_sink.h"
+
 #define FULL_RECORD 16384      /* the most plaintext one TLS record carries */
 #define READ_MAX (16 << 20)    /* the largest read limit accepted from Python */
-#define OUT_KEEP (20 * 1024)   /* an emptied output buffer up to this size is kept for the next write */
-#define OUT_MAX ((size_t)1 << 30) /* the most ciphertext held for one connection: past it, writes fail */
 #define RECORD_OVERHEAD 64        /* more than a TLS 1.3 record adds to its plaintext (header, type, tag: 22) */
 
 enum { READ_AGAIN = 0, READ_MORE = 1, READ_WANTS_WRITE = 2, READ_EOF = 3, READ_FAILED = 4 };
 
 static PyObject *SSLError, *SSLWantReadError, *SSLWantWriteError, *SSLZeroReturnError, *SSLEOFError;
-static BIO_METHOD *sink_method;
-
-/* ---------------------------------------------------------------- the output sink: a BIO that appends */
-
-typedef struct {
-    char *data;
-    size_t start; /* the first byte not yet sent */
-    size_t end;   /* one past the last byte */
-    size_t cap;
-} OutBuf;
-
-/* Emptied large buffers, kept for the next large write of any connection (the GIL serialises every use): a bulk
- * connection reuses one buffer instead of allocating and growing one per write, and an idle connection holds none. */
-#define SPARE_SLOTS 4
-#define SPARE_MAX ((size_t)4 << 20) /* larger buffers are freed, not kept */
-static struct {
-    char *data;
-    size_t cap;
-} spares[SPARE_SLOTS];
-
-static void out_release(OutBuf *out)
-{
-    /* Only with the GIL: _ssl releases it around its own OpenSSL calls, which could reach the sink. */
-    if (out->data != NULL && out->cap <= SPARE_MAX && PyGILState_Check()) {
-        int slot = 0; /* an empty slot, else the one with the smallest buffer */
-        for (int i = 0; i < SPARE_SLOTS && spares[slot].data != NULL; i++)
-            if (spares[i].data == NULL || spares[i].cap < spares[slot].cap)
-                slot = i;
-        if (spares[slot].data == NULL || spares[slot].cap < out->cap) {
-            free(spares[slot].data);
-            spares[slot].data = out->data;
-            spares[slot].cap = out->cap;
-            out->data = NULL;
-        }
-    }
-    free(out->data);
-    out->data = NULL;
-    out->cap = out->start = out->end = 0;
-}
-
-/* Room for ``len`` more bytes after what is held: 1, or 0 past OUT_MAX or without memory. */
-static int out_reserve(OutBuf *out, size_t len)
-{
-    size_t used = out->end - out->start;
-    if (len > OUT_MAX - used)
-        return 0; /* past the bound: the SSL_write fails, the connection with it */
-    if (len <= out->cap - out->end)
-        return 1;
-    if (out->start > 0 && len <= out->cap - used) { /* room enough once the sent bytes are dropped */
-        memmove(out->data, out->data + out->start, used);
-        out->start = 0;
-        out->end = used;
-        return 1;
-    }
-    size_t need = used + len, cap = out->cap ? out->cap : 4096;
-    while (cap < need)
-        cap = cap > OUT_MAX / 2 ? OUT_MAX : cap * 2;
-    char *data = NULL;
-    for (int i = 0; i < SPARE_SLOTS && data == NULL && PyGILState_Check(); i++)
-        if (spares[i].data != NULL && spares[i].cap >= need) {
-            data = spares[i].data;
-            cap = spares[i].cap;
-            spares[i].data = NULL;
-        }
-    if (data == NULL && (data = malloc(cap)) == NULL)
-        return 0;
-    if (used)
-        memcpy(data, out->data + out->start, used);
-    free(out->data);
-    out->data = data;
-    out->cap = cap;
-    out->start = 0;
-    out->end = used;
-    return 1;
-}
-
-static int sink_write_ex(BIO *bio, const char *in, size_t len, size_t *written)
-{
-    OutBuf *out = BIO_get_data(bio);
-    *written = 0;
-    BIO_clear_retry_flags(bio);
-    if (out == NULL || (len > 0 && in == NULL) || !out_reserve(out, len))
-        return 0;
-    if (len)
-        memcpy(out->data + out->end, in, len);
-    out->end += len;
-    *written = len;
-    return 1;
-}
-
-static long sink_ctrl(BIO *bio, int cmd, long num, void *ptr)
-{
-    (void)num;
-    (void)ptr;
-    OutBuf *out = BIO_get_data(bio);
-    switch (cmd) {
-    case BIO_CTRL_FLUSH: /* sent by Records after each call, not here */
-    case BIO_C_SET_NBIO: /* Python's _ssl sets it on every call; a memory sink never blocks */
-        return 1;
-    case BIO_CTRL_WPENDING:
-        return out ? (long)(out->end - out->start) : 0;
-    default:
-        return 0;
-    }
-}
-
-static int sink_create(BIO *bio)
-{
-    OutBuf *out = calloc(1, sizeof(OutBuf));
-    if (out == NULL)
-        return 0;
-    BIO_set_data(bio, out);
-    BIO_set_init(bio, 1);
-    return 1;
-}
-
-static int sink_destroy(BIO *bio)
-{
-    OutBuf *out = BIO_get_data(bio);
-    if (out != NULL) {
-        out_release(out);
-        free(out);
-        BIO_set_data(bio, NULL);
-    }
-    return 1;
-}
 
 /* ---------------------------------------------------------------- errors, as Python's ssl raises them */
 
@@ -335,7 +210,7 @@ static PyObject *Records_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
         PyErr_SetString(PyExc_ValueError, "the SSL of this socket is not the one expected");
         return NULL;
     }
-    BIO *sink = BIO_new(sink_method);
+    BIO *sink = BIO_new(record_sink_method);
     if (sink == NULL)
         return PyErr_NoMemory();
     Records *self = (Records *)type->tp_alloc(type, 0);
@@ -602,16 +477,9 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__tls_records(void)
 {
-    if (sink_method == NULL) {
-        int index = BIO_get_new_index();
-        BIO_METHOD *method = index < 0 ? NULL : BIO_meth_new(index | BIO_TYPE_SOURCE_SINK, "ambit record sink");
-        if (method == NULL || !BIO_meth_set_write_ex(method, sink_write_ex) || !BIO_meth_set_ctrl(method, sink_ctrl) ||
-            !BIO_meth_set_create(method, sink_create) || !BIO_meth_set_destroy(method, sink_destroy)) {
-            BIO_meth_free(method);
-            PyErr_SetString(PyExc_ImportError, "cannot make the record sink's BIO method");
-            return NULL;
-        }
-        sink_method = method;
+    if (record_sink_init() < 0) {
+        PyErr_SetString(PyExc_ImportError, "cannot make the record sink's BIO method");
+        return NULL;
     }
     PyObject *ssl_module = PyImport_ImportModule("_ssl");
     if (ssl_module == NULL)

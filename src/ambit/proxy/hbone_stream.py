@@ -54,8 +54,9 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from typing import Protocol, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
+from ambit import native
 from ambit.hbone.events import (
     ConnectionDraining,
     ConnectionTerminated,
@@ -73,6 +74,10 @@ from ambit.hbone.events import (
 )
 from ambit.proxy.errors import ProxyError, StreamClosedError
 from ambit.proxy.streams import PushSink
+from ambit.tls.native_transport import NativeTlsSocketTransport
+
+if TYPE_CHECKING:
+    from ambit.native._hbone_data import DataPath
 
 log = logging.getLogger(__name__)
 
@@ -251,6 +256,9 @@ class HboneStream:
         if self._error is not None or self._local_ended:
             self._check_writable("write")  # raises
         session = self._session
+        send_now = session.send_now
+        if send_now is not None and (below_bound := send_now(self.stream_id, data)) is not None:
+            return below_bound
         if session.held:
             pending = session.core.send_data(self.stream_id, data)
         else:  # send_data and session.flush() in one call: this runs for every chunk relayed
@@ -422,6 +430,12 @@ class HboneSession(asyncio.Protocol):
         self.received = False
         """Set by every arrival of bytes and every drain of our output; the owner's liveness timer clears it (a
         flag: no clock read per read)."""
+        self.data_path: DataPath | None = None
+        """The core's DATA frames of attached streams parsed in C (``ambit.native._hbone_data``) once released, on a
+        native TLS transport: it sets ``received`` and calls ``flush`` as ``data_received`` does."""
+        self.send_now: Callable[[int, bytes | memoryview], bool | None] | None = None
+        """The data path's ``send``: a stream's chunk framed and written in C, as ``send_data_now`` and the
+        transport's ``write`` would; None where it cannot (and always without a data path)."""
         self.on_ping_acknowledged: Callable[[], None] | None = None
         """Called when the peer answers the PING the owner sent (``core.ping``)."""
         self.loop = asyncio.get_running_loop()
@@ -511,6 +525,11 @@ class HboneSession(asyncio.Protocol):
                 break
             self.data_received(data)
         self.flush()
+        hbone_data = native.selection().hbone_data
+        if hbone_data is not None and isinstance(self.transport, NativeTlsSocketTransport):
+            self.data_path = hbone_data.DataPath(self.core, self, self.transport)
+            self.send_now = self.data_path.send
+            self.transport.set_data_path(self.data_path.feed)
 
     def flush(self) -> None:
         """Write what the core has to send, if the transport is still open (and not held)."""

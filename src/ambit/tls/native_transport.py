@@ -18,6 +18,10 @@ unchanged: handshake, read-ahead, pausing, closing, failing), with the per-recor
 - Anything OpenSSL writes while reading or closing (a KeyUpdate's answer, close_notify) goes into the same buffer
   and is sent by the same call; what stays is held like a write's.
 
+Step 2: the protocol may give the transport a ``feed`` (``set_data_path``; the HBONE session does, with
+``ambit.native._hbone_data``): each read's plaintext goes to it first, it hands the DATA frames of attached streams
+to their sinks as the HTTP/2 core would, and only the rest reaches ``data_received``, from its first unparsed octet.
+
 The ``SSL *`` is reached by the extension only after the checks of :func:`ambit.tls.contexts.read_ahead` (made
 again in C), and ``Records.close`` is called before the socket is closed: no C call touches the SSL afterwards.
 """
@@ -27,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, cast
 
@@ -73,7 +78,14 @@ class NativeTlsSocketTransport(TlsSocketTransport):
         self._records_write = records.write
         self._again, self._more, self._eof_status = tls_records.READ_AGAIN, tls_records.READ_MORE, tls_records.READ_EOF
         self._wants_write_status = tls_records.READ_WANTS_WRITE
+        self._feed: Callable[[bytes], int] | None = None  # see set_data_path
         super().__init__(loop, tls, protocol, None)  # connects the protocol, which may write at once
+
+    def set_data_path(self, feed: Callable[[bytes], int] | None) -> None:
+        """Give each read's plaintext to ``feed`` first (a ``DataPath.feed`` of ``ambit.native._hbone_data``): it
+        takes the DATA frames of attached streams at the start and says how many octets it took; the protocol's
+        ``data_received`` gets the rest. None: everything goes to ``data_received`` again."""
+        self._feed = feed
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if self._closing or not data:
@@ -121,30 +133,25 @@ class NativeTlsSocketTransport(TlsSocketTransport):
             self._fail(exc)
 
     def _read_ready(self) -> None:
-        if (
-            self._lost
-            or self._write_wants_read
-            or self._draining
-            or self._read_paused
-            or self._read_wants_write
-            or self._eof
-        ):
-            self._read_ready_otherwise()
+        if self._read_deferred():
             return
         try:
             data, status, error = self._records_read(READ_SIZE)
         except OSError as exc:  # the socket closed under the records (not by us), or no memory for what was read
             self._fail(exc)
             return
-        if data is not None:
+        if data is not None and (feed := self._feed) is not None:
             try:
-                self._protocol.data_received(data)
-            except Exception as exc:  # the protocol's bug, not the peer's: said once, with its traceback
-                log.exception("%r: data_received failed", self)
-                self._fail(exc)
+                taken = feed(data)
+            except Exception as exc:  # a sink's bug (the relay's), as in data_received: said once, with its traceback
+                self._protocol_failed(exc)
                 return
             if self._lost:
                 return
+            if taken:
+                data = data[taken:] if taken < len(data) else None
+        if data is not None and not self._deliver(data):
+            return
         if self._records.held != self._backlog.held:
             self._hold(self._records.held)
         if status == self._again:
@@ -228,4 +235,5 @@ class NativeTlsSocketTransport(TlsSocketTransport):
     def _finish(self, exc: Exception | None) -> None:
         if not self._lost:
             self._records.close()  # before the socket: no C call touches it after
+            self._feed = None  # it holds the protocol: no cycle left behind
         super()._finish(exc)

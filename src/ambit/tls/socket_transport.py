@@ -257,15 +257,7 @@ class TlsSocketTransport(asyncio.Transport):
     # Readiness callbacks
 
     def _read_ready(self) -> None:
-        if (
-            self._lost
-            or self._write_wants_read
-            or self._draining
-            or self._read_paused
-            or self._read_wants_write
-            or self._eof
-        ):
-            self._read_ready_otherwise()
+        if self._read_deferred():
             return
         read, has_pending = self._read, self._has_pending
         first: bytes | None = None
@@ -302,13 +294,8 @@ class TlsSocketTransport(asyncio.Transport):
             if total >= READ_SIZE:
                 more = True
                 break
-        if first is not None:
-            try:
-                self._protocol.data_received(first if chunks is None else b"".join(chunks))
-            except Exception as exc:  # the protocol's bug, not the peer's: said once, with its traceback
-                log.exception("%r: data_received failed", self)
-                self._fail(exc)
-                return
+        if first is not None and not self._deliver(first if chunks is None else b"".join(chunks)):
+            return
         if self._lost:
             return
         if error is not None:
@@ -326,6 +313,34 @@ class TlsSocketTransport(asyncio.Transport):
             if self._read_wants_write:
                 self._update_reader()
                 self._update_writer()
+
+    def _read_deferred(self) -> bool:
+        """Whether this read callback must not read now (a write waits for it, or the connection is closing, paused,
+        or gone); if so, it did what the callback is for instead."""
+        if (
+            self._lost
+            or self._write_wants_read
+            or self._draining
+            or self._read_paused
+            or self._read_wants_write
+            or self._eof
+        ):
+            self._read_ready_otherwise()
+            return True
+        return False
+
+    def _deliver(self, data: bytes) -> bool:
+        """Hand ``data`` to the protocol; False when the connection is gone after it (failed, closed, aborted)."""
+        try:
+            self._protocol.data_received(data)
+        except Exception as exc:  # the protocol's bug, not the peer's: said once, with its traceback
+            self._protocol_failed(exc)
+            return False
+        return not self._lost
+
+    def _protocol_failed(self, exc: Exception) -> None:
+        log.exception("%r: data_received failed", self)
+        self._fail(exc)
 
     def _read_ready_otherwise(self) -> None:
         """The reader fired while a write waits for it, or the connection is closing, paused, or gone."""
