@@ -47,16 +47,21 @@ def test_the_process_selection_is_made_once_and_can_be_set(monkeypatch: pytest.M
         native.use(None)
 
 
-def test_the_hbone_data_path_comes_with_the_native_records_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert native.select({"AMBIT_NATIVE": "0"}).hbone_data is None
+def test_the_hbone_data_path_comes_with_the_native_records_only_and_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    on = {"AMBIT_NATIVE_DATA": "1"}
+    assert native.select({"AMBIT_NATIVE": "0", **on}).hbone_data is None
+    assert native.select({}).hbone_data is None  # step 2 is opt-in until the lab has measured it
     module = native.load_hbone_data()
-    chosen = native.select({})
-    assert chosen.hbone_data is (module if chosen.tls_records is not None else None)
+    chosen = native.select(on) if module is not None else None
+    if chosen is not None and chosen.tls_records is not None:
+        assert chosen.hbone_data is module and "HBONE DATA frames in C" in chosen.describe()
     monkeypatch.setattr(native, "load_tls_records", lambda: (None, "not built"))
-    assert native.select({}).hbone_data is None  # no records in C: DATA frames stay in the Python engine
+    assert native.select(on).hbone_data is None  # no records in C: DATA frames stay in the Python engine
     monkeypatch.undo()
     monkeypatch.setattr(native, "load_hbone_data", lambda: None)
-    records_only = native.select({})
-    assert records_only.hbone_data is None
-    if records_only.tls_records is not None:
-        assert "HBONE DATA frames in Python" in records_only.describe()
+    if native.select({}).tls_records is not None:
+        with pytest.raises(native.NativeError, match="AMBIT_NATIVE_DATA=1"):
+            native.select(on)
+        assert "HBONE DATA frames in Python" in native.select({}).describe()
+    with pytest.raises(native.NativeError, match="AMBIT_NATIVE_DATA='yes'"):
+        native.select({"AMBIT_NATIVE_DATA": "yes"})

@@ -11,6 +11,10 @@ start-up, from the environment:
 - ``AMBIT_NATIVE=1``: the native path; a missing or unusable extension is a :class:`NativeError` at start-up;
 - unset (or empty): the native path when the extension loads and passes its checks, else the pure-Python one.
 
+Step 2 of the plan (docs/native-data-path.md: DATA frames of attached streams in C) is opt-in until the lab has
+measured it: ``AMBIT_NATIVE_DATA=1`` adds it to the native records; unset or ``0``, DATA frames stay in the Python
+engine. Tests and benchmarks select both paths explicitly (:func:`use`).
+
 The extension counts as usable only when it was built against the OpenSSL that Python's ``ssl`` runs (the same
 ``OPENSSL_VERSION_NUMBER``): it handles the ``SSL *`` objects of that library.
 """
@@ -26,6 +30,7 @@ from types import ModuleType
 from ambit.errors import AmbitError
 
 ENVIRONMENT = "AMBIT_NATIVE"
+DATA_ENVIRONMENT = "AMBIT_NATIVE_DATA"
 
 
 class NativeError(AmbitError):
@@ -78,6 +83,9 @@ def select(environ: Mapping[str, str]) -> NativeSelection:
     setting = environ.get(ENVIRONMENT, "")
     if setting not in ("", "0", "1"):
         raise NativeError(f"{ENVIRONMENT}={setting!r}: expected 0 (pure Python), 1 (native) or unset")
+    data_setting = environ.get(DATA_ENVIRONMENT, "")
+    if data_setting not in ("", "0", "1"):
+        raise NativeError(f"{DATA_ENVIRONMENT}={data_setting!r}: expected 1 (DATA frames in C), 0 or unset")
     if setting == "0":
         return NativeSelection(None, f"{ENVIRONMENT}=0")
     module, reason = load_tls_records()
@@ -85,9 +93,12 @@ def select(environ: Mapping[str, str]) -> NativeSelection:
         raise NativeError(f"{ENVIRONMENT}=1 but the native accelerator cannot be used: {reason}")
     if module is None:
         return NativeSelection(None, reason)
+    if data_setting != "1":
+        return NativeSelection(module, reason + ", HBONE DATA frames in Python")
     hbone_data = load_hbone_data()
-    reason += ", HBONE DATA frames in C" if hbone_data is not None else ", HBONE DATA frames in Python (not built)"
-    return NativeSelection(module, reason, hbone_data)
+    if hbone_data is None:
+        raise NativeError(f"{DATA_ENVIRONMENT}=1 but the native HBONE DATA path (_hbone_data) is not built")
+    return NativeSelection(module, reason + ", HBONE DATA frames in C", hbone_data)
 
 
 _selection: NativeSelection | None = None
