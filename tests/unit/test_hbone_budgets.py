@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ambit.hbone import ConnectionTerminated, Event, HboneServerConnection, StreamReset, TunnelRequested, wire
-from ambit.hbone.connection import MAX_CONTINUATIONS, MAX_EARLY_RESETS, MAX_QUEUED_CONTROL
+from ambit.hbone.connection import MAX_CONTINUATIONS, MAX_EARLY_RESETS, MAX_EMPTY_DATA, MAX_QUEUED_CONTROL
 
 AUTHORITY = "198.18.200.7:8080"
 
@@ -226,6 +226,53 @@ def test_an_endless_stream_of_empty_continuations_is_cut_off_early() -> None:
         attacker.send(wire.frame(wire.CONTINUATION, 0, 1))
         sent += 1
     assert sent == MAX_CONTINUATIONS + 1
+
+
+# --- rule D: empty DATA frames in a row --------------------------------------------------------------------------
+
+
+def _empty(stream_id: int, padding: int = 0, flags: int = 0) -> bytes:
+    if padding:  # the Pad Length octet and the padding, no data
+        return wire.frame(wire.DATA, flags | wire.PADDED, stream_id, bytes([padding - 1]) + bytes(padding - 1))
+    return wire.frame(wire.DATA, flags, stream_id)
+
+
+@pytest.mark.parametrize("padding", [0, 1, 200], ids=["bare", "pad-length-only", "padded"])
+@pytest.mark.parametrize("one_read", [True, False], ids=["one-read", "frame-by-frame"])
+def test_empty_data_frames_in_a_row_end_the_connection_past_the_budget(padding: int, one_read: bool) -> None:
+    attacker = Attacker()
+    stream_id, headers = attacker.connect()
+    attacker.send(headers)
+    if one_read:
+        attacker.send(_empty(stream_id, padding) * 200_000)
+    else:
+        for _ in range(MAX_EMPTY_DATA):
+            attacker.send(_empty(stream_id, padding))
+        assert attacker.terminated() is None
+        attacker.send(_empty(stream_id, padding))
+    terminated = attacker.terminated()
+    assert terminated is not None and terminated.error_code == wire.ENHANCE_YOUR_CALM, attacker.events[-3:]
+    assert attacker.server.closed
+
+
+@given(st.lists(st.integers(0, MAX_EMPTY_DATA), min_size=1, max_size=60), st.sampled_from([0, 1, 30]))
+def test_empty_data_frames_between_data_never_end_the_connection(runs: list[int], padding: int) -> None:
+    attacker = Attacker()
+    stream_id, headers = attacker.connect()
+    attacker.send(headers)
+    for run in runs:
+        attacker.send(_empty(stream_id, padding) * run + wire.frame(wire.DATA, 0, stream_id, b"x"))
+        attacker.server.consumed(stream_id, 1)  # keep the windows open: the bytes were read
+        attacker.server.data_to_send()
+    assert attacker.terminated() is None
+
+
+def test_empty_data_frames_that_end_their_streams_are_requests_not_a_flood() -> None:
+    attacker = Attacker()
+    for _ in range(MAX_EMPTY_DATA * 3):
+        stream_id, headers = attacker.connect()
+        attacker.send(headers + _empty(stream_id, flags=wire.END_STREAM))
+    assert attacker.terminated() is None
 
 
 # --- h2 as the independent peer: it reads our resets and GOAWAY as HTTP/2 says -----------------------------------

@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 
 from ambit import native
 from ambit.hbone import DataReceived, Event, HboneClientConnection, HboneServerConnection, HboneSettings, wire
+from ambit.hbone.connection import MAX_EMPTY_DATA
 from ambit.tls.write_backlog import WriteBacklog
 
 KiB = 1024
@@ -279,6 +280,24 @@ def test_a_flood_of_empty_data_frames_is_the_cores_to_judge_on_both_paths(hbone_
     python_events, native_events = twins.feed(flood)
     assert native_events == python_events
     assert twins.state(twins.native) == twins.state(twins.python)
+    assert twins.sent[1] == twins.sent[0]
+
+
+def test_empty_data_frames_between_data_c_took_are_not_a_run_on_either_path(hbone_data: ModuleType) -> None:
+    """Rule D counts empty DATA frames in a row with no DATA octet between them. Each read here starts with a 1-byte
+    DATA frame, which C parses on the native path (the core never sees it), then a run of empty frames at the
+    budget, which C hands to the core: the runs are still apart on both paths."""
+    twins = Twins(hbone_data)
+    piece = _frames([("data", 1, 0)] + [("data", 0, 0)] * MAX_EMPTY_DATA, twins.stream_id)
+    assert Twins(hbone_data).path.feed(piece) == 10  # C takes the 1-byte frame and stops at the first empty one
+    for _ in range(50):
+        python_events, native_events = twins.feed(piece)
+        assert native_events == python_events
+    assert not twins.python.closed and not twins.native.closed
+    assert twins.sinks[1].data == twins.sinks[0].data and len(twins.sinks[0].data) == 50
+    python_events, native_events = twins.feed(_frames([("data", 0, 0)], twins.stream_id))
+    assert native_events == python_events
+    assert twins.python.closed and twins.native.closed  # one more in a row: past the budget, GOAWAY on both
     assert twins.sent[1] == twins.sent[0]
 
 

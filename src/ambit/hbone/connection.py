@@ -64,6 +64,11 @@ B. Control responses. PING and SETTINGS each oblige us to send an ACK. The shell
    reading lose the connection instead of just stalling it.
 C. Header blocks. A block is at most ``_MAX_HEADER_BLOCK`` octets and ``MAX_CONTINUATIONS`` CONTINUATION frames
    (empty CONTINUATION frames cost the byte cap nothing).
+D. Empty DATA. A DATA frame that carries no data and does not end its stream (padding only, or nothing) asks us to
+   parse a frame for nothing ("zero-length headers and data frames", CVE-2019-9518). More than
+   ``MAX_EMPTY_DATA`` of them in a row, with no flow-controlled octet received between them, end the connection.
+   "Between them" is read off the connection's receive window (``_empty_mark``), which every DATA octet moves,
+   whoever parsed it (this engine or the native DATA path, which hands every empty frame to this engine).
 
 Liveness: ``ping(payload)`` sends a PING, and its ACK is reported as ``PingAcknowledged`` (only the last PING
 sent is awaited; other ACKs are dropped, RFC 9113 §6.7); ``peer_ready`` says the peer's preface and first SETTINGS
@@ -127,6 +132,9 @@ Go's ``maxQueuedControlFrames``)."""
 _ACK_WINDOW = 256 * 1024
 """Octets of output per bucket of rule B: the shell's transport buffer size at which writes pause."""
 MAX_CONTINUATIONS = 32
+MAX_EMPTY_DATA = 10
+"""Empty DATA frames without END_STREAM in a row before GOAWAY ENHANCE_YOUR_CALM (rule D; Envoy allows 1, we allow
+a few for stacks that flush empty frames)."""
 """CONTINUATION frames in one header block (rule C): a 128 KiB block in the smallest frames HTTP/2 allows needs 8."""
 _SETTINGS_ACK = wire.frame(wire.SETTINGS, wire.ACK, 0)
 """Shared, not built per ACK: a SETTINGS flood then costs our output list a pointer per frame."""
@@ -243,6 +251,8 @@ class HboneConnection:
         self._continuation: tuple[int, bool, bytearray] | None = None  # (stream, END_STREAM, block so far)
         self._continuations = 0  # CONTINUATION frames of the block in progress
         self._early_resets = 0  # see _count_early_reset
+        self._empty_run = 0  # rule D: empty DATA frames in a row, and the receive window after the last of them
+        self._empty_mark = -1
         self._acks_owed = 0  # rule B: ACKs in the current bucket of output
         self._acks_before = 0  # ... and in the bucket before it
         self._bucket_out = 0  # octets of output in the current bucket
@@ -354,6 +364,8 @@ class HboneConnection:
                         self._data_begin(stream_id, flags, length, events)
                         if not length:
                             self._data_piece(b"", 0, True, events)
+                            if not flags & wire.END_STREAM:
+                                self._count_empty_data(self._recv_window)
                         continue
                     end = pos + 9 + length
                     if end > size:
@@ -692,9 +704,20 @@ class HboneConnection:
     def _padded_data(self, flags: int, stream_id: int, payload: memoryview, events: list[Event]) -> None:
         length = len(payload)
         body = _unpad(payload) if flags & wire.PADDED else payload
+        before = self._recv_window
         self._data_begin(stream_id, flags, length, events)
         self._data_left = 0
         self._data_piece(bytes(body), length, True, events)
+        if not body and not flags & wire.END_STREAM:
+            self._count_empty_data(before)
+
+    def _count_empty_data(self, before: int) -> None:
+        """Rule D: a DATA frame with nothing in it that does not end its stream; ``before`` is the connection's
+        receive window as the frame began (a padded frame's own padding moves it)."""
+        self._empty_run = self._empty_run + 1 if before == self._empty_mark else 1
+        self._empty_mark = self._recv_window
+        if self._empty_run > MAX_EMPTY_DATA:
+            raise HboneProtocolError(wire.ENHANCE_YOUR_CALM, "too many empty DATA frames in a row")
 
     def _headers(self, flags: int, stream_id: int, payload: memoryview, events: list[Event]) -> None:
         if stream_id == 0:
