@@ -3,17 +3,28 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
-__all__ = ["app", "run_argv_command"]
+__all__ = ["TlsTransportOption", "app", "run_argv_command"]
 
 app = typer.Typer(
     help="Ambit: an ambient-mode service mesh, wire-compatible with Istio ambient.",
     no_args_is_help=True,
     add_completion=False,
 )
+
+
+TlsTransportOption = Annotated[
+    str,
+    typer.Option(
+        "--tls-transport",
+        envvar="HBONE_TLS_TRANSPORT",
+        help="HBONE's TLS transport: loop (the event loop's, memory BIOs) or socket (TLS on the socket itself).",
+    ),
+]
+"""The node proxy's, the waypoint's and the gateway's ``--tls-transport`` (one flag, one variable, one help)."""
 
 
 @app.callback()

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ambit.cli.app import app, run_argv_command
+from ambit.cli.app import TlsTransportOption, app, run_argv_command
 from ambit.cli.nodeproxy import ZDS_DIR, start
 from ambit.cli.process_logging import configure_logging
 from ambit.lab.network.topology import Topology
@@ -276,14 +276,7 @@ def nodeproxy(
             "(else $SECRET_TTL, else 24h).",
         ),
     ] = None,
-    tls_transport: Annotated[
-        str,
-        typer.Option(
-            "--tls-transport",
-            envvar="HBONE_TLS_TRANSPORT",
-            help="HBONE's TLS transport: loop (the event loop's, memory BIOs) or socket (TLS on the socket itself).",
-        ),
-    ] = "loop",
+    tls_transport: TlsTransportOption = "loop",
     notify_fd: Annotated[
         int | None,
         typer.Option(

@@ -16,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from ambit.cli.app import run_argv_command
+from ambit.cli.app import TlsTransportOption, run_argv_command
 from ambit.cli.l7_proxy import start_waypoint
 from ambit.cli.l7_proxy_flags import WAYPOINT_PROG
 from ambit.cli.waypoint import waypoint_app
@@ -60,14 +60,7 @@ def proxy(
         Path | None, typer.Option("--local-ca", help="Sign the waypoint's certificate with the CA in this directory.")
     ] = None,
     hbone_port: Annotated[int, typer.Option("--hbone-port", help="HBONE listener port.")] = 15008,
-    tls_transport: Annotated[
-        str,
-        typer.Option(
-            "--tls-transport",
-            envvar="HBONE_TLS_TRANSPORT",
-            help="HBONE's TLS transport: loop (the event loop's, memory BIOs) or socket (TLS on the socket itself).",
-        ),
-    ] = "loop",
+    tls_transport: TlsTransportOption = "loop",
     admin_port: Annotated[int, typer.Option("--admin-port", help="Admin port (127.0.0.1).")] = 15000,
     stats_port: Annotated[int, typer.Option("--stats-port", help="Prometheus metrics port.")] = 15020,
     readiness_port: Annotated[int, typer.Option("--readiness-port", help="Readiness port.")] = 15021,
