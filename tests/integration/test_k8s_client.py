@@ -159,6 +159,26 @@ async def test_list_follows_continue_tokens_and_filters_by_label(kube: KubeClien
     assert {i["metadata"]["namespace"] for i in everywhere} >= {"paged", "default", "kube-system"}
 
 
+async def test_a_probe_is_one_request_however_many_objects_the_kind_has(
+    kube: KubeClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await kube.create(kinds.NAMESPACES, {"metadata": {"name": "probed"}})
+    for i in range(12):
+        await kube.create(kinds.CONFIG_MAPS, configmap(f"cm-{i:02}", "probed"))
+    requests: list[dict[str, str]] = []
+    send = kube._request
+
+    async def counted(method: str, path: str, **kwargs: Any) -> Any:
+        requests.append(dict(kwargs.get("params") or {}))
+        return await send(method, path, **kwargs)
+
+    monkeypatch.setattr(kube, "_request", counted)
+    await kube.probe(kinds.CONFIG_MAPS)
+    assert requests == [{"limit": "1"}]  # a list with limit=1 would have followed 12+ continue tokens
+    with pytest.raises(KubeNotFoundError):
+        await kube.probe(kinds.ResourceKind("example.com", "v1", "widgets", "Widget"))
+
+
 # -- watch ----------------------------------------------------------------------------------------------------
 async def test_watch_from_a_version_sees_each_change_once(kube: KubeClient) -> None:
     _, version = await kube.list(kinds.CONFIG_MAPS, NS)

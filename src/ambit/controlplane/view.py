@@ -432,8 +432,7 @@ class ClusterView:
     async def _probe(self, kind: kinds.ResourceKind) -> None:
         """Mark ``kind`` absent if the API server does not serve it to us; anything else is the informer's."""
         try:
-            # One page of the size the informer lists with: the probe costs one request in most clusters.
-            await self.client.list(kind, limit=(self.settings.informer or InformerSettings()).page_size)
+            await self.client.probe(kind)  # one request, however many objects the kind has
         except KubeNotFoundError:
             log.warning("%s are not served (is the CRD installed?); going on without them", kind)
         except KubeForbiddenError:

@@ -202,6 +202,12 @@ class KubeClient:
                 _typed(item, kind)
         return items, version
 
+    async def probe(self, kind: ResourceKind) -> None:
+        """Whether the API server serves ``kind`` to us: one request for at most one object, whatever the collection
+        holds (a list with ``limit`` follows every page); :class:`KubeNotFoundError` when the kind is not served,
+        :class:`KubeForbiddenError` when we may not list it, like :meth:`list`."""
+        await self._request("GET", kind.path(_collection_scope(kind, None)), params={"limit": "1"})
+
     def watch(
         self,
         kind: ResourceKind,

@@ -299,7 +299,7 @@ class GatewayController:
         # Without the optional owned kinds only a Gateway whose overlay asks for one is affected, and says so.
         report = log.info if kind in OPTIONAL_OWNED_KINDS else log.warning
         try:
-            await self.client.list(kind, limit=1)
+            await self.client.probe(kind)
         except KubeNotFoundError:
             report("%s are not served (is the CRD installed?)", kind)
         except KubeForbiddenError:
