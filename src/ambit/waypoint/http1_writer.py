@@ -92,16 +92,26 @@ def response_head(status: int, reason: str, headers: Iterable[tuple[str, str]]) 
 def body_framing(headers: Sequence[tuple[str, str]]) -> tuple[Framing | None, int, list[tuple[str, str]]]:
     """How ``headers`` frame a body (rule 2): ``(LENGTH, n, headers)``, ``(CHUNKED, 0, headers without any
     Content-Length)``, or ``(None, 0, headers)`` when they say nothing."""
-    lengths = {v.strip() for n, v in headers if n == "content-length"}
-    codings = [v for n, v in headers if n == "transfer-encoding"]
-    if codings:
-        if len(codings) > 1 or codings[0].strip().lower() != "chunked":
+    length: str | None = None
+    lengths_agree = True
+    coding: str | None = None
+    codings = 0
+    for name, value in headers:
+        if name == "content-length":
+            stripped = value.strip()
+            if length is not None and stripped != length:
+                lengths_agree = False
+            length = stripped
+        elif name == "transfer-encoding":
+            coding = value
+            codings += 1
+    if coding is not None:
+        if codings > 1 or coding.strip().lower() != "chunked":
             raise FramingError("only Transfer-Encoding: chunked is supported")
         return Framing.CHUNKED, 0, [(n, v) for n, v in headers if n != "content-length"]
-    if not lengths:
+    if length is None:
         return None, 0, list(headers)
-    length = lengths.pop()
-    if lengths or not length.isascii() or not length.isdigit():
+    if not lengths_agree or not length.isascii() or not length.isdigit():
         raise FramingError("conflicting or malformed Content-Length")
     return Framing.LENGTH, int(length), list(headers)
 
