@@ -60,19 +60,17 @@ def _checked(good: set[str], pattern: re.Pattern[str], text: str) -> bool:
     return True
 
 
-def _fields(headers: Iterable[tuple[str, str]]) -> bytes:
-    lines = []
+def _fields(headers: Sequence[tuple[str, str]]) -> bytes:
     names, values = _GOOD_NAMES, _GOOD_VALUES
     for name, value in headers:
         if (name not in names and not _checked(names, _TOKEN, name)) or (
             value not in values and not _checked(values, _VALUE, value)
         ):
             raise FramingError(f"illegal header {name!r}: {value!r}")
-        lines.append(f"{name}: {value}\r\n")
-    return "".join(lines).encode("latin-1")
+    return "".join([f"{name}: {value}\r\n" for name, value in headers]).encode("latin-1")
 
 
-def request_head(method: str, target: str, headers: Iterable[tuple[str, str]]) -> bytes:
+def request_head(method: str, target: str, headers: Sequence[tuple[str, str]]) -> bytes:
     if not _TOKEN.fullmatch(method):
         raise FramingError(f"illegal method {method!r}")
     if not _TARGET.fullmatch(target):
@@ -80,7 +78,7 @@ def request_head(method: str, target: str, headers: Iterable[tuple[str, str]]) -
     return f"{method} {target} HTTP/1.1\r\n".encode("latin-1") + _fields(headers) + b"\r\n"
 
 
-def response_head(status: int, reason: str, headers: Iterable[tuple[str, str]]) -> bytes:
+def response_head(status: int, reason: str, headers: Sequence[tuple[str, str]]) -> bytes:
     if not 100 <= status <= 999:
         raise FramingError(f"illegal status {status}")
     phrase = reason.encode("latin-1", "replace")
