@@ -418,11 +418,7 @@ class ClientSide:
         if parsed.status < 200:
             self._switched = parsed.status == 101
             return InterimResponse(parsed.status, headers)
-        framed = (
-            parsed.status in _NO_BODY_STATUSES
-            or self._method == "HEAD"
-            or any(n in _FRAMING for n, _ in parsed.headers)
-        )
+        framed = parsed.framed or parsed.status in _NO_BODY_STATUSES or self._method == "HEAD"
         self._keep = framed and parsed.version == "1.1" and "close" not in connection_tokens(parsed.headers)
         return ResponseStarted(parsed.status, headers, parsed.reason)
 

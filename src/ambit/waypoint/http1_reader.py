@@ -38,6 +38,7 @@ from ambit.waypoint.errors import HttpProtocolError
 from ambit.waypoint.http1_events import BodyData, MessageEnded, Signal
 
 _NO_BODY_STATUSES = frozenset((204, 304))
+_FRAMING_NAMES = frozenset(("content-length", "transfer-encoding"))
 _DECODED_LONGEST = 64
 _DECODED_MOST = 512
 _NAMES: dict[bytes, str] = {}
@@ -58,13 +59,14 @@ def _remembered(table: dict[bytes, str], raw: bytes, text: str) -> str:
 
 class ParsedHead:
     """One request or response head as llhttp read it (a request has ``method`` and ``target``, a response
-    ``status`` and ``reason``)."""
+    ``status`` and ``reason``); ``framed``: it has a ``Content-Length`` or ``Transfer-Encoding`` field."""
 
-    __slots__ = ("headers", "method", "reason", "status", "target", "version")
+    __slots__ = ("framed", "headers", "method", "reason", "status", "target", "version")
 
-    def __init__(self, version: str, headers: list[tuple[str, str]]) -> None:
+    def __init__(self, version: str, headers: list[tuple[str, str]], framed: bool) -> None:
         self.version = version
         self.headers = headers
+        self.framed = framed
         self.method = ""
         self.target = ""
         self.status = 0
@@ -82,6 +84,7 @@ class MessageReader:
         "_eof",
         "_error",
         "_failed",
+        "_framed",
         "_head",
         "_head_bytes",
         "_head_only",
@@ -121,6 +124,7 @@ class MessageReader:
         self._until_close = False
         self._pieces: list[bytes] = []
         self._headers: list[tuple[str, str]] = []
+        self._framed = False
         self._trailers: list[tuple[str, str]] | None = None
         self._head: ParsedHead | None = None
 
@@ -234,6 +238,7 @@ class MessageReader:
         self._in_message = True
         self._pieces = []
         self._headers = []
+        self._framed = False
         self._trailers = None
 
     def on_url(self, piece: bytes) -> None:
@@ -252,6 +257,8 @@ class MessageReader:
         field = (lowered, stripped)
         if self._trailers is None:
             self._headers.append(field)
+            if lowered in _FRAMING_NAMES:
+                self._framed = True
         else:
             self._trailers.append(field)
 
@@ -260,15 +267,11 @@ class MessageReader:
         self._in_head = False
         self._head_bytes = 0
         self._trailers = []
-        head = ParsedHead(parser.get_http_version(), self._headers)
+        head = ParsedHead(parser.get_http_version(), self._headers, self._framed)
         text = b"".join(self._pieces).decode("latin-1")
         if isinstance(parser, httptools.HttpResponseParser):
             head.status, head.reason = parser.get_status_code(), text
-            self._until_close = (
-                head.status >= 200
-                and head.status not in _NO_BODY_STATUSES
-                and not any(n in ("content-length", "transfer-encoding") for n, _ in self._headers)
-            )
+            self._until_close = head.status >= 200 and head.status not in _NO_BODY_STATUSES and not self._framed
         else:
             head.method, head.target = parser.get_method().decode("ascii", "replace"), text
         self._head = head
