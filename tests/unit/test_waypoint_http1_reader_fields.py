@@ -43,12 +43,11 @@ def reference(headers: list[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
 def test_remembered_names_and_values_read_as_decoded_afresh(heads: list[list[tuple[bytes, bytes]]], most: int) -> None:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(http1_reader, "_DECODED_MOST", most)
-        patch.setattr(http1_reader, "_NAMES", {})
-        patch.setattr(http1_reader, "_VALUES", {})
+        patch.setattr(http1_reader, "_FIELDS", {})
         for headers in heads + heads:  # each head again, once its fields may be remembered
             assert fields_read(headers) == reference(headers)
-        assert len(http1_reader._NAMES) <= most and len(http1_reader._VALUES) <= most
-        assert all(len(raw) <= http1_reader._DECODED_LONGEST for raw in (*http1_reader._NAMES, *http1_reader._VALUES))
+        assert len(http1_reader._FIELDS) <= most
+        assert all(len(n) + len(v) <= http1_reader._DECODED_LONGEST for n, v in http1_reader._FIELDS)
 
 
 _FRAMING = ("content-length", "transfer-encoding")

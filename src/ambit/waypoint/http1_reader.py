@@ -41,20 +41,20 @@ _NO_BODY_STATUSES = frozenset((204, 304))
 _FRAMING_NAMES = frozenset(("content-length", "transfer-encoding"))
 _DECODED_LONGEST = 64
 _DECODED_MOST = 512
-_NAMES: dict[bytes, str] = {}
-_VALUES: dict[bytes, str] = {}
-"""Header names and values as rule 5 gives them, by their bytes, for those every message repeats (``host``,
-``content-length``, ``keep-alive``...): one look-up instead of decoding, lower-casing or stripping each time.
-Bounded whatever peers send: only fields of at most ``_DECODED_LONGEST`` bytes are remembered, and past
-``_DECODED_MOST`` of them a table starts afresh."""
+_FIELDS: dict[tuple[bytes, bytes], tuple[str, str]] = {}
+"""Header fields as rule 5 gives them, by their name's and value's bytes, for those every message repeats
+(``host: ...``, ``content-length: ...``, ``connection: keep-alive``...): one look-up instead of decoding,
+lower-casing and stripping each time. Bounded whatever peers send: only fields whose name and value come to at most
+``_DECODED_LONGEST`` bytes are remembered, and past ``_DECODED_MOST`` of them the table starts afresh."""
 
 
-def _remembered(table: dict[bytes, str], raw: bytes, text: str) -> str:
-    if len(raw) <= _DECODED_LONGEST:
-        if len(table) >= _DECODED_MOST:
-            table.clear()
-        table[raw] = text
-    return text
+def _decoded(name: bytes, value: bytes) -> tuple[str, str]:
+    field = (name.decode("latin-1").lower(), value.decode("latin-1").strip(" \t"))
+    if len(name) + len(value) <= _DECODED_LONGEST:
+        if len(_FIELDS) >= _DECODED_MOST:
+            _FIELDS.clear()
+        _FIELDS[name, value] = field
+    return field
 
 
 class ParsedHead:
@@ -248,16 +248,12 @@ class MessageReader:
         self._pieces.append(piece)
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        lowered = _NAMES.get(name)
-        if lowered is None:
-            lowered = _remembered(_NAMES, name, name.decode("latin-1").lower())
-        stripped = _VALUES.get(value)
-        if stripped is None:
-            stripped = _remembered(_VALUES, value, value.decode("latin-1").strip(" \t"))
-        field = (lowered, stripped)
+        field = _FIELDS.get((name, value))
+        if field is None:
+            field = _decoded(name, value)
         if self._trailers is None:
             self._headers.append(field)
-            if lowered in _FRAMING_NAMES:
+            if field[0] in _FRAMING_NAMES:
                 self._framed = True
         else:
             self._trailers.append(field)
