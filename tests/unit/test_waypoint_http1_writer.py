@@ -1,5 +1,6 @@
 """The HTTP/1.1 head writer's checks of rule 1 (:mod:`ambit.waypoint.http1_writer`): the names and values it
-remembers as checked are judged as a fresh check judges them, whatever came before and however full its memory."""
+remembers as checked are judged as a fresh check judges them, whatever came before and however full its memory;
+and a body's framing read off the headers as rule 2 states it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ambit.waypoint import http1_writer
-from ambit.waypoint.http1_writer import FramingError, response_head
+from ambit.waypoint.http1_writer import Framing, FramingError, body_framing, response_head
 
 TOKEN = re.compile(r"[-!#$%&'*+.^_`|~0-9A-Za-z]+")
 VALUE = re.compile(r"(?:[\x21-\x7e\x80-\xff](?:[ \t]*[\x21-\x7e\x80-\xff])*)?")
@@ -55,3 +56,38 @@ def test_long_values_are_checked_every_time_and_never_remembered() -> None:
     value = "v" * 65
     assert written([("x-long", value)]) is not None
     assert value not in http1_writer._GOOD_VALUES and "x-long" in http1_writer._GOOD_NAMES
+
+
+def framing_reference(headers: list[tuple[str, str]]) -> tuple[Framing | None, int, list[tuple[str, str]]] | None:
+    """Rule 2 as stated: one final ``chunked`` coding wins (lengths dropped); else equal lengths of digits; or None
+    where the writer refuses the headers."""
+    codings = [v for n, v in headers if n == "transfer-encoding"]
+    lengths = {v.strip() for n, v in headers if n == "content-length"}
+    if codings:
+        if len(codings) != 1 or codings[0].strip().lower() != "chunked":
+            return None
+        return Framing.CHUNKED, 0, [(n, v) for n, v in headers if n != "content-length"]
+    if not lengths:
+        return None, 0, headers
+    if len(lengths) > 1 or not all(c in "0123456789" for c in next(iter(lengths))) or not next(iter(lengths)):
+        return None
+    return Framing.LENGTH, int(next(iter(lengths))), headers
+
+
+_FRAMING_FIELDS = st.lists(
+    st.tuples(
+        st.sampled_from(["content-length", "transfer-encoding", "host", "x-id"]),
+        st.sampled_from(["5", " 5", "5 ", "6", "", "05", "1a", "-1", "\u0663", "chunked", " Chunked", "gzip"]),
+    ),
+    max_size=6,
+)
+
+
+@settings(max_examples=500)
+@given(_FRAMING_FIELDS)
+def test_body_framing_follows_rule_2(headers: list[tuple[str, str]]) -> None:
+    try:
+        got: tuple[Framing | None, int, list[tuple[str, str]]] | None = body_framing(headers)
+    except FramingError:
+        got = None
+    assert got == framing_reference(headers)

@@ -205,7 +205,7 @@ class Http2ClientConnection(_Messages):
             raise HboneError(f"not a request this end sends: {method} {scheme}://{authority}{path}")
         pseudo = [(":method", method), (":scheme", scheme), (":authority", authority), (":path", path)]
         for name, value in pseudo:
-            if any(c in value for c in "\r\n\0"):
+            if "\r" in value or "\n" in value or "\0" in value:
                 raise HboneError(f"{name} has CR, LF or NUL")
         fields = _checked_fields(headers)
         if not self.can_open_stream:
@@ -275,7 +275,7 @@ def _checked_fields(headers: Sequence[tuple[str, str]]) -> list[tuple[str, str]]
     for name, value in headers:
         if not _LOCAL_NAME.fullmatch(name) or name in _LOCAL_CONNECTION_SPECIFIC:
             raise HboneError(f"header name {name!r} cannot be sent over HTTP/2")
-        if any(c in value for c in "\r\n\0"):
+        if "\r" in value or "\n" in value or "\0" in value:
             raise HboneError(f"header {name!r} has a value with CR, LF or NUL")
         out.append((name, value))
     return out

@@ -344,7 +344,10 @@ def _declared(service: Service | None, port: int) -> AppProtocol:
     """The protocol the backend Service declares for ``port`` (unknown when it or the port is)."""
     if service is None:
         return AppProtocol.UNKNOWN
-    return next((m.app_protocol for m in service.ports if m.service_port == port), AppProtocol.UNKNOWN)
+    for mapping in service.ports:
+        if mapping.service_port == port:
+            return mapping.app_protocol
+    return AppProtocol.UNKNOWN
 
 
 def _ejected(ctx: WaypointContext, backend: BackendPolicy) -> frozenset[str]:

@@ -64,7 +64,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ambit.errors import AmbitError
@@ -463,7 +463,7 @@ class _Exchange:
         if self.plan.response_ops:
             headers = apply_header_ops(headers, self.plan.response_ops)
         outcome.status = response.status
-        outcome.grpc_status = next((v for n, v in response.headers if n == "grpc-status"), "")
+        outcome.grpc_status = _first(response.headers, "grpc-status") or ""
         first, ended, held, failed = _ready(up)
         if first:
             self._post(retries.BodyStarted())
@@ -471,7 +471,8 @@ class _Exchange:
         if ended is None:
             await down.start_response(response.status, headers, response.reason, body=first)
         else:
-            outcome.grpc_status = next((v for n, v in ended.trailers if n == "grpc-status"), outcome.grpc_status)
+            if (trailer_status := _first(ended.trailers, "grpc-status")) is not None:
+                outcome.grpc_status = trailer_status
             await down.start_response(
                 response.status, headers, response.reason, body=first, end=True, trailers=ended.trailers
             )
@@ -538,11 +539,19 @@ _GRPC_RETRIABLE = frozenset({"1", "14"})
 """``grpc-status`` CANCELLED and UNAVAILABLE: Istio's default retry conditions ``cancelled`` and ``unavailable``."""
 
 
+def _first(fields: Iterable[tuple[str, str]], name: str) -> str | None:
+    """The value of the first of ``fields`` named ``name``, or None."""
+    for key, value in fields:
+        if key == name:
+            return value
+    return None
+
+
 def _retry_status(head: ResponseStarted | InterimResponse) -> int:
     """Rule 10: the status the retry policy judges; a gRPC answer of CANCELLED or UNAVAILABLE in its head (the
     "trailers-only" form an error takes) counts as 503."""
     if isinstance(head, ResponseStarted) and head.status == 200:
-        grpc_status = next((v for n, v in head.headers if n == "grpc-status"), None)
+        grpc_status = _first(head.headers, "grpc-status")
         if grpc_status is not None and grpc_status.strip() in _GRPC_RETRIABLE:
             return 503
     return head.status

@@ -39,7 +39,7 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from ambit.waypoint.decisions import RequestHead
 from ambit.waypoint.errors import HttpProtocolError
@@ -270,7 +270,7 @@ class ServerSide:
         self._body, self._keep, self._waiting_100 = writer, keep, False
         return data
 
-    def send_interim(self, status: int, headers: Iterable[tuple[str, str]]) -> bytes:
+    def send_interim(self, status: int, headers: Sequence[tuple[str, str]]) -> bytes:
         if not 100 <= status < 200:
             raise _cannot_send(f"status {status} is not an interim answer")
         if status == 101 and not self._upgrade_proposed:
@@ -418,11 +418,7 @@ class ClientSide:
         if parsed.status < 200:
             self._switched = parsed.status == 101
             return InterimResponse(parsed.status, headers)
-        framed = (
-            parsed.status in _NO_BODY_STATUSES
-            or self._method == "HEAD"
-            or any(n in _FRAMING for n, _ in parsed.headers)
-        )
+        framed = parsed.framed or parsed.status in _NO_BODY_STATUSES or self._method == "HEAD"
         self._keep = framed and parsed.version == "1.1" and "close" not in connection_tokens(parsed.headers)
         return ResponseStarted(parsed.status, headers, parsed.reason)
 

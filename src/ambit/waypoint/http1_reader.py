@@ -38,33 +38,35 @@ from ambit.waypoint.errors import HttpProtocolError
 from ambit.waypoint.http1_events import BodyData, MessageEnded, Signal
 
 _NO_BODY_STATUSES = frozenset((204, 304))
+_FRAMING_NAMES = frozenset(("content-length", "transfer-encoding"))
 _DECODED_LONGEST = 64
 _DECODED_MOST = 512
-_NAMES: dict[bytes, str] = {}
-_VALUES: dict[bytes, str] = {}
-"""Header names and values as rule 5 gives them, by their bytes, for those every message repeats (``host``,
-``content-length``, ``keep-alive``...): one look-up instead of decoding, lower-casing or stripping each time.
-Bounded whatever peers send: only fields of at most ``_DECODED_LONGEST`` bytes are remembered, and past
-``_DECODED_MOST`` of them a table starts afresh."""
+_FIELDS: dict[tuple[bytes, bytes], tuple[str, str]] = {}
+"""Header fields as rule 5 gives them, by their name's and value's bytes, for those every message repeats
+(``host: ...``, ``content-length: ...``, ``connection: keep-alive``...): one look-up instead of decoding,
+lower-casing and stripping each time. Bounded whatever peers send: only fields whose name and value come to at most
+``_DECODED_LONGEST`` bytes are remembered, and past ``_DECODED_MOST`` of them the table starts afresh."""
 
 
-def _remembered(table: dict[bytes, str], raw: bytes, text: str) -> str:
-    if len(raw) <= _DECODED_LONGEST:
-        if len(table) >= _DECODED_MOST:
-            table.clear()
-        table[raw] = text
-    return text
+def _decoded(name: bytes, value: bytes) -> tuple[str, str]:
+    field = (name.decode("latin-1").lower(), value.decode("latin-1").strip(" \t"))
+    if len(name) + len(value) <= _DECODED_LONGEST:
+        if len(_FIELDS) >= _DECODED_MOST:
+            _FIELDS.clear()
+        _FIELDS[name, value] = field
+    return field
 
 
 class ParsedHead:
     """One request or response head as llhttp read it (a request has ``method`` and ``target``, a response
-    ``status`` and ``reason``)."""
+    ``status`` and ``reason``); ``framed``: it has a ``Content-Length`` or ``Transfer-Encoding`` field."""
 
-    __slots__ = ("headers", "method", "reason", "status", "target", "version")
+    __slots__ = ("framed", "headers", "method", "reason", "status", "target", "version")
 
-    def __init__(self, version: str, headers: list[tuple[str, str]]) -> None:
+    def __init__(self, version: str, headers: list[tuple[str, str]], framed: bool) -> None:
         self.version = version
         self.headers = headers
+        self.framed = framed
         self.method = ""
         self.target = ""
         self.status = 0
@@ -82,6 +84,7 @@ class MessageReader:
         "_eof",
         "_error",
         "_failed",
+        "_framed",
         "_head",
         "_head_bytes",
         "_head_only",
@@ -121,6 +124,7 @@ class MessageReader:
         self._until_close = False
         self._pieces: list[bytes] = []
         self._headers: list[tuple[str, str]] = []
+        self._framed = False
         self._trailers: list[tuple[str, str]] | None = None
         self._head: ParsedHead | None = None
 
@@ -234,6 +238,7 @@ class MessageReader:
         self._in_message = True
         self._pieces = []
         self._headers = []
+        self._framed = False
         self._trailers = None
 
     def on_url(self, piece: bytes) -> None:
@@ -243,15 +248,13 @@ class MessageReader:
         self._pieces.append(piece)
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        lowered = _NAMES.get(name)
-        if lowered is None:
-            lowered = _remembered(_NAMES, name, name.decode("latin-1").lower())
-        stripped = _VALUES.get(value)
-        if stripped is None:
-            stripped = _remembered(_VALUES, value, value.decode("latin-1").strip(" \t"))
-        field = (lowered, stripped)
+        field = _FIELDS.get((name, value))
+        if field is None:
+            field = _decoded(name, value)
         if self._trailers is None:
             self._headers.append(field)
+            if field[0] in _FRAMING_NAMES:
+                self._framed = True
         else:
             self._trailers.append(field)
 
@@ -260,15 +263,11 @@ class MessageReader:
         self._in_head = False
         self._head_bytes = 0
         self._trailers = []
-        head = ParsedHead(parser.get_http_version(), self._headers)
+        head = ParsedHead(parser.get_http_version(), self._headers, self._framed)
         text = b"".join(self._pieces).decode("latin-1")
         if isinstance(parser, httptools.HttpResponseParser):
             head.status, head.reason = parser.get_status_code(), text
-            self._until_close = (
-                head.status >= 200
-                and head.status not in _NO_BODY_STATUSES
-                and not any(n in ("content-length", "transfer-encoding") for n, _ in self._headers)
-            )
+            self._until_close = head.status >= 200 and head.status not in _NO_BODY_STATUSES and not self._framed
         else:
             head.method, head.target = parser.get_method().decode("ascii", "replace"), text
         self._head = head

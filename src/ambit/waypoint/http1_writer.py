@@ -60,19 +60,17 @@ def _checked(good: set[str], pattern: re.Pattern[str], text: str) -> bool:
     return True
 
 
-def _fields(headers: Iterable[tuple[str, str]]) -> bytes:
-    lines = []
+def _fields(headers: Sequence[tuple[str, str]]) -> bytes:
     names, values = _GOOD_NAMES, _GOOD_VALUES
     for name, value in headers:
         if (name not in names and not _checked(names, _TOKEN, name)) or (
             value not in values and not _checked(values, _VALUE, value)
         ):
             raise FramingError(f"illegal header {name!r}: {value!r}")
-        lines.append(f"{name}: {value}\r\n")
-    return "".join(lines).encode("latin-1")
+    return "".join([f"{name}: {value}\r\n" for name, value in headers]).encode("latin-1")
 
 
-def request_head(method: str, target: str, headers: Iterable[tuple[str, str]]) -> bytes:
+def request_head(method: str, target: str, headers: Sequence[tuple[str, str]]) -> bytes:
     if not _TOKEN.fullmatch(method):
         raise FramingError(f"illegal method {method!r}")
     if not _TARGET.fullmatch(target):
@@ -80,7 +78,7 @@ def request_head(method: str, target: str, headers: Iterable[tuple[str, str]]) -
     return f"{method} {target} HTTP/1.1\r\n".encode("latin-1") + _fields(headers) + b"\r\n"
 
 
-def response_head(status: int, reason: str, headers: Iterable[tuple[str, str]]) -> bytes:
+def response_head(status: int, reason: str, headers: Sequence[tuple[str, str]]) -> bytes:
     if not 100 <= status <= 999:
         raise FramingError(f"illegal status {status}")
     phrase = reason.encode("latin-1", "replace")
@@ -92,16 +90,26 @@ def response_head(status: int, reason: str, headers: Iterable[tuple[str, str]]) 
 def body_framing(headers: Sequence[tuple[str, str]]) -> tuple[Framing | None, int, list[tuple[str, str]]]:
     """How ``headers`` frame a body (rule 2): ``(LENGTH, n, headers)``, ``(CHUNKED, 0, headers without any
     Content-Length)``, or ``(None, 0, headers)`` when they say nothing."""
-    lengths = {v.strip() for n, v in headers if n == "content-length"}
-    codings = [v for n, v in headers if n == "transfer-encoding"]
-    if codings:
-        if len(codings) > 1 or codings[0].strip().lower() != "chunked":
+    length: str | None = None
+    lengths_agree = True
+    coding: str | None = None
+    codings = 0
+    for name, value in headers:
+        if name == "content-length":
+            stripped = value.strip()
+            if length is not None and stripped != length:
+                lengths_agree = False
+            length = stripped
+        elif name == "transfer-encoding":
+            coding = value
+            codings += 1
+    if coding is not None:
+        if codings > 1 or coding.strip().lower() != "chunked":
             raise FramingError("only Transfer-Encoding: chunked is supported")
         return Framing.CHUNKED, 0, [(n, v) for n, v in headers if n != "content-length"]
-    if not lengths:
+    if length is None:
         return None, 0, list(headers)
-    length = lengths.pop()
-    if lengths or not length.isascii() or not length.isdigit():
+    if not lengths_agree or not length.isascii() or not length.isdigit():
         raise FramingError("conflicting or malformed Content-Length")
     return Framing.LENGTH, int(length), list(headers)
 

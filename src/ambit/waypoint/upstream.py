@@ -154,6 +154,12 @@ class UpstreamHttp:
     reads: OperationBound = field(default_factory=OperationBound)
     """Bounds each read in time (:mod:`ambit.waypoint.idle`: one timer for the connection's many reads)."""
     writes: OperationBound = field(default_factory=OperationBound)
+    _hbone: HboneStream | None = field(init=False, default=None)
+    """The HBONE stream under ``stream`` (under its TLS when it has one), or None: what ``alive`` asks."""
+
+    def __post_init__(self) -> None:
+        inner = self.stream.inner if isinstance(self.stream, TlsStream) else self.stream
+        self._hbone = inner if isinstance(inner, HboneStream) else None
 
     def discard(self) -> None:
         """Abort the connection; no timer of its reads or writes outlives it."""
@@ -163,8 +169,8 @@ class UpstreamHttp:
 
     @property
     def alive(self) -> bool:
-        stream = self.stream.inner if isinstance(self.stream, TlsStream) else self.stream
-        return not (isinstance(stream, HboneStream) and stream.done)
+        hbone = self._hbone
+        return hbone is None or not hbone.done
 
 
 class Upstreams:
