@@ -31,9 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import msgspec
-
-from bench.kube_client import NO_TIMEOUT, Endpoint
+from bench.kube_client import NO_TIMEOUT, Endpoint, _decode_event, _decode_object
 from bench.report import Measurement, Report, median, percentile
 from bench.scale.cluster import SERVICE_CIDR, ClusterShape, Request, churn, creates, paced
 from bench.server_process import ServerProcess, free_port
@@ -43,23 +41,6 @@ RESULTS = REPO / "bench" / "results"
 MIB = 2**20
 CONNECTIONS = 4
 WATCHED = ("/api/v1/pods", "/api/v1/services", "/apis/discovery.k8s.io/v1/endpointslices")
-
-
-class _Meta(msgspec.Struct):
-    resourceVersion: str = ""  # the wire name
-
-
-class _Object(msgspec.Struct):
-    metadata: _Meta = msgspec.field(default_factory=_Meta)
-
-
-class _Event(msgspec.Struct):
-    type: str
-    object: _Object
-
-
-_decode_event = msgspec.json.Decoder(_Event).decode
-_decode_object = msgspec.json.Decoder(_Object).decode
 
 
 def shape_for(pods: int) -> ClusterShape:
