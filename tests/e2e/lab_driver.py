@@ -112,6 +112,15 @@ def lab_leftovers(prefix: str) -> list[str]:
     return out
 
 
+def _parent_pid(pid: int) -> int | None:
+    """The parent of process ``pid``, or None once it has gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
 @dataclass
 class Lab:
     """A lab that is up: its topology, and ways to drive it (kubectl, ``ambit lab exec``)."""
@@ -213,7 +222,10 @@ class Lab:
         for node in self.topology.all_nodes():
             pattern = f"lab node --dir {self.directory} --name {node.name}$"
             out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True, check=False).stdout
-            found[node.name] = sorted(int(pid) for pid in out.split())
+            pids = {int(pid) for pid in out.split()}
+            # A child the runtime is starting (a container, a probe) carries the runtime's command line from its
+            # clone until its exec: it is not a second runtime.
+            found[node.name] = sorted(pid for pid in pids if _parent_pid(pid) not in pids)
         return found
 
     def component_logs(self, what: str) -> list[Path]:
