@@ -213,14 +213,20 @@ class Run:
         sampler = Sampler({"apiserver": lambda: self.api, "controlplane": lambda: self.plane})
         sampler.start()
         try:
+            self._phase("load")
             await self._load(idle_api)
             tokens = await self._node_tokens()
+            self._phase("control plane start")
             await self._start_plane()
+            self._phase("initial sync")
             await self._initial_sync(tokens)
             sampler.reset()
+            self._phase("churn")
             await self._churn(sampler)
             for rate in self.profile.restart_rates:
+                self._phase("restart")
                 await self._restart(rate)
+            self._phase("done")
         finally:
             await sampler.aclose()
         self.report.env["loadavg_end"] = os.getloadavg()[0]
@@ -231,6 +237,16 @@ class Run:
             "policies": s.policies,
             "clients": s.nodes,
         }
+
+    def _phase(self, name: str) -> None:
+        """A progress line on stderr as each step begins, with the servers' pids (to attach a profiler from outside
+        to one step of a run that takes minutes)."""
+        pids = ", ".join(
+            f"{what} {server.pid}"
+            for what, server in (("apiserver", self.api), ("controlplane", self.plane))
+            if server.running
+        )
+        print(f"[scale {time.strftime('%H:%M:%S')}] {name} ({pids})", file=sys.stderr, flush=True)
 
     async def _load(self, idle_api: int) -> None:
         assert self.endpoint is not None
@@ -427,6 +443,7 @@ class Run:
         reviews = _token_reviews(self.tmp / "controlplane.log")
         began = time.monotonic()
         ready = await self.plane.start()
+        self._phase("resync")
 
         async def all_resynced() -> bool:
             syncs = await fleet.syncs()
