@@ -3,6 +3,9 @@ checked against a plain dict model over random histories of pushes, reconnects a
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 from google.protobuf import any_pb2
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -85,7 +88,7 @@ def test_a_client_in_sync_holds_the_set_itself_not_a_copy() -> None:
     for session in sessions:
         session.push(A, following, {NAMES[0], NAMES[1]})
         held = session._types[A].held
-        assert held.base is current and held.differences == 2  # the two names it was pushed
+        assert held.base is following and held.differences == 0  # rule 13: it holds the new set itself
         assert held.get(NAMES[0]) == "b" and NAMES[1] not in held and held.get(NAMES[2]) == "a"
     reconnect = dpb.DeltaDiscoveryRequest(type_url=A, initial_resource_versions=_versions(following))
     restarted = ServerSession()
@@ -161,3 +164,56 @@ def test_an_exact_reconnect_is_recognised_whatever_else_its_request_carries_and_
     del request.initial_resource_versions[NAMES[3]]
     assert not current.holds_exactly(request)  # one name short
     assert [f.name for f, _ in current.versions_request().ListFields()] == ["initial_resource_versions"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(start=edits, rounds=st.lists(st.tuples(edits, st.integers(0, 3)), max_size=8))
+def test_clients_in_sync_share_each_push_and_get_every_difference(
+    start: list[tuple[int, str | None]], rounds: list[tuple[list[tuple[int, str | None]], int]]
+) -> None:
+    """Rule 13: wildcard clients holding the same set get the same tuples (made once), each push brings every client
+    to the new set even when the names given to the push miss some of the changes."""
+    current = _set({NAMES[i]: v for i, v in start if v is not None})
+    sessions = [ServerSession(prefix=f"s{k}") for k in range(3)]
+    clients: list[dict[str, str]] = []
+    for session in sessions:
+        (opened,) = session.receive(dpb.DeltaDiscoveryRequest(type_url=A), current).deltas
+        clients.append({r.name: r.version for r in opened.resources})
+    for edit, missed in rounds:
+        upserts = [_resource(NAMES[i], v) for i, v in edit if v is not None]
+        removed = [NAMES[i] for i, v in edit if v is None]
+        following = current.updated(upserts, removed)
+        named = sorted({r.name for r in upserts} | set(removed))[missed:]  # the push is told fewer names
+        deltas = [session.push(A, following, set(named)).deltas for session in sessions]
+        for client, pushed in zip(clients, deltas, strict=True):
+            for delta in pushed:
+                client.update((r.name, r.version) for r in delta.resources)
+                for name in delta.removed:
+                    client.pop(name)
+        for client, session in zip(clients, sessions, strict=True):
+            assert client == _versions(following) == session.held(A)
+            assert session._types[A].held.base is following and session._types[A].held.differences == 0
+        if deltas[0]:
+            first = deltas[0][0]
+            assert all(d[0].resources is first.resources and d[0].removed is first.removed for d in deltas[1:])
+            assert len({d[0].nonce for d in deltas}) == len(deltas)
+        else:
+            assert not any(deltas), "in sync for one client is in sync for all"
+        current = following
+
+
+def test_a_set_does_not_keep_the_sets_before_it_alive() -> None:
+    """changed_since and transition_from remember their answers per older set, weakly: a chain of sets each asked
+    about the one before must not hold every earlier set (it grew without bound under churn)."""
+    first = _set({n: "a" for n in NAMES})
+    probe = weakref.ref(first)
+    current = first
+    for k in range(20):
+        following = current.updated([_resource(NAMES[k % len(NAMES)], f"v{k}")], [])
+        following.changed_since(current)
+        following.transition_from(current)
+        current = following
+    del first, following
+    gc.collect()
+    assert probe() is None
+    assert current.transition_from(current).sent == ()  # a set against itself: nothing
