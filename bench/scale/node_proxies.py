@@ -50,6 +50,8 @@ from bench.scale.shared_held import HeldPool, WildcardSession
 
 PATH = f"/{SERVICE_NAME}/{METHOD}"
 MAX_MESSAGE = MAX_RESPONSE_BYTES
+CONNECT_TIMEOUT = 10.0
+"""Seconds a simulated node proxy waits for its channel to connect before it backs off and tries again."""
 """What a simulated client accepts in one response: the node proxy's limit (``max_message`` in the config line
 overrides it)."""
 
@@ -64,6 +66,11 @@ class Sync:
     synced: float = 0.0
     resources: int = 0
     """Resources carried by the first response of each type after this connect (0: nothing resent)."""
+
+
+def _encoded(request: dpb.DeltaDiscoveryRequest | bytes) -> bytes:
+    """A request as sent: the shared session's openings come encoded already (:mod:`bench.scale.shared_held`)."""
+    return request if isinstance(request, bytes) else request.SerializeToString()
 
 
 def _pushback(exc: grpc.aio.AioRpcError) -> float | None:
@@ -133,9 +140,12 @@ class SimulatedNodeProxy:
         self.syncs.append(sync)
         seen: set[str] = set()
         async with grpc.aio.secure_channel(target, credentials, options) as channel:
+            # Connected before the opening is handed to gRPC: a control plane that is down (restarting) costs a
+            # refused connection, not an opening encoded and buffered per attempt (as the node proxy's own client).
+            await asyncio.wait_for(channel.channel_ready(), CONNECT_TIMEOUT)
             call = channel.stream_stream(
                 PATH,
-                request_serializer=dpb.DeltaDiscoveryRequest.SerializeToString,
+                request_serializer=_encoded,
                 response_deserializer=dpb.DeltaDiscoveryResponse.FromString,
             )(metadata=metadata)
             for request in self.session.initial_requests():

@@ -51,8 +51,8 @@ def test_a_shared_session_holds_and_reports_what_the_node_proxys_session_does(
     shared = WildcardSession(pools(), node=dpb.Node(), max_initial_request=limit)
     for n, (type_url, upserts, removals, reconnect) in enumerate(responses):
         if reconnect:
-            assert [r.initial_resource_versions for r in reference.initial_requests()] == [
-                r.initial_resource_versions for r in shared.initial_requests()
+            assert reference.initial_requests() == [
+                dpb.DeltaDiscoveryRequest.FromString(r) for r in shared.initial_requests()
             ]
         message = response(type_url, upserts, removals, str(n))
         want, got = reference.apply(message), shared.apply(message)
