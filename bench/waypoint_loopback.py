@@ -34,6 +34,10 @@ latency and the achieved rate cannot. On a machine with more runnable work than 
 and endpoint are Python too: at high rates on a loaded machine they, not the waypoint, limit the achieved rate,
 which is why the rate is fixed and modest.
 
+``--gc`` times the child's cyclic garbage collector (``gc.callbacks``, start to stop, per generation) over the
+paced part and prints, per protocol, the collections and their CPU-µs per request (the child writes its running
+totals to a file on ``SIGUSR1``, asked for before and after the paced part).
+
 ``--profile FILE`` runs the child under cProfile (timed by CPU time, not wall time) and writes its stats to
 ``FILE`` (``python -m pstats FILE``); with ``--top N`` the N entries of highest own time are printed. CPU under
 the profiler is not comparable.
@@ -45,6 +49,7 @@ import argparse
 import asyncio
 import contextlib
 import cProfile
+import gc
 import ipaddress
 import json
 import os
@@ -154,6 +159,8 @@ def run_child(spec: dict[str, object], profile: str | None) -> None:
         limits=WaypointLimits(drain_time=0.0),
         tls_transport="socket" if spec.get("tls_transport") == "socket" else "loop",
     )
+    if gc_file := spec.get("gc_file"):
+        time_collections(Path(str(gc_file)))
     profiler = cProfile.Profile(time.process_time) if profile else None
     if profiler is not None:
         profiler.enable()
@@ -163,6 +170,38 @@ def run_child(spec: dict[str, object], profile: str | None) -> None:
         if profiler is not None:
             profiler.disable()
             profiler.dump_stats(profile)
+
+
+def time_collections(report: Path) -> None:
+    """Count the collector's runs and their CPU time per generation; write the totals to ``report`` on SIGUSR1."""
+    counts, seconds = [0, 0, 0], [0.0, 0.0, 0.0]
+    started = [0.0]
+
+    def timed(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started[0] = time.process_time()
+        else:
+            generation = info["generation"]
+            counts[generation] += 1
+            seconds[generation] += time.process_time() - started[0]
+
+    def dump(_signum: int, _frame: object) -> None:
+        report.write_text(json.dumps({"counts": counts, "seconds": seconds}), encoding="utf-8")
+
+    gc.callbacks.append(timed)
+    signal.signal(signal.SIGUSR1, dump)
+
+
+def collections_now(pid: int, report: Path) -> dict[str, list[float]]:
+    """The child's collector totals, asked for by SIGUSR1 (the child answers from its event loop)."""
+    report.unlink(missing_ok=True)
+    os.kill(pid, signal.SIGUSR1)
+    for _ in range(200):
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            totals: dict[str, list[float]] = json.loads(report.read_text(encoding="utf-8"))
+            return totals
+        time.sleep(0.01)
+    raise RuntimeError("the waypoint did not report its collections")
 
 
 # --- the endpoint: an HBONE server answering HTTP/1.1 in its tunnels -------------------------------------------
@@ -304,6 +343,10 @@ class Result:
     wakeups: int = 0
     """The child's main thread's voluntary context switches over the paced part: its event loop's waits for events
     that blocked (a wait that finds events already there, as on a busy machine, is not counted)."""
+    collections: tuple[int, int, int] = (0, 0, 0)
+    """With ``--gc``: the collector's runs per generation over the paced part."""
+    collection_cpu: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    """With ``--gc``: their CPU seconds per generation."""
 
     @property
     def vcpu_per_1000(self) -> float:
@@ -317,10 +360,24 @@ class Result:
             f"| {self.p50_ms:.2f} | {self.p99_ms:.2f} | {self.load} |"
         )
 
+    def collection_row(self) -> str:
+        per_request = [1e6 * s / max(self.requests, 1) for s in self.collection_cpu]
+        share = sum(self.collection_cpu) / self.cpu if self.cpu else 0.0
+        return (
+            f"| {self.protocol} | {' / '.join(map(str, self.collections))} "
+            f"| {' / '.join(f'{x:.2f}' for x in per_request)} | {sum(per_request):.2f} | {100 * share:.1f} % |"
+        )
+
 
 HEADER = (
     "| protocol | requests | req/s | vCPU per 1,000 req/s | CPU µs/request | wake-ups/request | RSS MiB | peak RSS MiB "
     "| p50 ms | p99 ms | load average |\n|---|---|---|---|---|---|---|---|---|---|---|"
+)
+
+
+COLLECTION_HEADER = (
+    "| protocol | collections gen 0 / 1 / 2 | CPU µs/request gen 0 / 1 / 2 | total µs/request | share of CPU |\n"
+    "|---|---|---|---|---|"
 )
 
 
@@ -336,7 +393,7 @@ def memory_mib(pid: int, field: str) -> float:
     return status_field(pid, field) / 1024
 
 
-async def drive(client: HboneClient, protocol: str, args: argparse.Namespace, pid: int) -> Result:
+async def drive(client: HboneClient, protocol: str, args: argparse.Namespace, pid: int, gc_file: Path | None) -> Result:
     tunnels = []
     for _ in range(args.tunnels):
         stream = await client.open_tunnel(AUTHORITY, [("forwarded", f'for="{CLIENT_IP}:1"')])
@@ -362,10 +419,18 @@ async def drive(client: HboneClient, protocol: str, args: argparse.Namespace, pi
             latencies.append(loop.time() - sent)
             due += interval
 
+    gc_before = await asyncio.to_thread(collections_now, pid, gc_file) if gc_file else None
     cpu_before, switches_before = cpu_seconds([pid]), status_field(pid, "voluntary_ctxt_switches")
     await asyncio.gather(*(paced(i, t) for i, t in enumerate(tunnels)))
     cpu = cpu_seconds([pid]) - cpu_before
     wakeups = status_field(pid, "voluntary_ctxt_switches") - switches_before
+    collections, collection_cpu = (0, 0, 0), (0.0, 0.0, 0.0)
+    if gc_file and gc_before:
+        gc_after = await asyncio.to_thread(collections_now, pid, gc_file)
+        a, b = gc_after["counts"], gc_before["counts"]
+        collections = (int(a[0] - b[0]), int(a[1] - b[1]), int(a[2] - b[2]))
+        a, b = gc_after["seconds"], gc_before["seconds"]
+        collection_cpu = (a[0] - b[0], a[1] - b[1], a[2] - b[2])
     seconds = loop.time() - began
     latencies.sort()
     for tunnel in tunnels:
@@ -382,6 +447,8 @@ async def drive(client: HboneClient, protocol: str, args: argparse.Namespace, pi
         p99_ms=1000 * latencies[int(len(latencies) * 0.99)] if latencies else 0.0,
         load=" ".join(f"{x:.2f}" for x in os.getloadavg()),
         wakeups=wakeups,
+        collections=collections,
+        collection_cpu=collection_cpu,
     )
 
 
@@ -415,6 +482,9 @@ async def run(args: argparse.Namespace, directory: Path) -> list[Result]:
         "upstream_port": endpoint.port,
         "tls_transport": args.tls_transport,
     }
+    gc_file = directory / "collections.json" if args.gc else None
+    if gc_file:
+        spec["gc_file"] = str(gc_file)
     command = [sys.executable, "-m", "bench.waypoint_loopback", "--child", json.dumps(spec)]
     if args.profile:
         command += ["--profile", args.profile]
@@ -430,7 +500,7 @@ async def run(args: argparse.Namespace, directory: Path) -> list[Result]:
             await loop.sock_connect(sock, (WAYPOINT_IP, int(str(spec["hbone_port"]))))
             client = await HboneClient.connect(sock, client_cert, frozenset({WAYPOINT_ID}), trust_domain=TD)
             try:
-                results.append(await drive(client, protocol, args, child.pid))
+                results.append(await drive(client, protocol, args, child.pid, gc_file))
             finally:
                 await client.aclose()
     finally:
@@ -458,6 +528,7 @@ def main() -> None:
         default="loop",
         help="the waypoint's HBONE TLS transport (socket: with the native TLS records when they load)",
     )
+    parser.add_argument("--gc", action="store_true", help="time the waypoint's garbage collector per generation")
     parser.add_argument("--profile", help="run the waypoint under cProfile, stats to this file")
     parser.add_argument("--top", type=int, default=0, help="with --profile: print the N entries of most own time")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -473,6 +544,11 @@ def main() -> None:
     print(HEADER)
     for result in results:
         print(result.row())
+    if args.gc:
+        print()
+        print(COLLECTION_HEADER)
+        for result in results:
+            print(result.collection_row())
     if args.profile and args.top:
         pstats.Stats(args.profile).sort_stats("tottime").print_stats(args.top)
 

@@ -1,11 +1,15 @@
-"""OperationBound (ambit.waypoint.idle): one timer for many bounded reads and writes."""
+"""OperationBound (ambit.waypoint.idle): one timer for many bounded reads and writes; and the HTTP/1.1 downstream's
+writes through it: a client that stops reading after many writes it took at once still fails after ``idle_timeout``."""
 
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 
+from ambit.waypoint.downstream import Downstream, DownstreamGoneError
 from ambit.waypoint.idle import OperationBound
 
 
@@ -100,3 +104,77 @@ async def test_an_error_of_the_operation_is_raised_as_it_is() -> None:
     with pytest.raises(ConnectionResetError):
         await bound.run(fails(), 1.0)
     bound.close()
+
+
+async def _at_once(value: str) -> str:
+    return value  # finishes without waiting on anything
+
+
+async def test_an_operation_that_waits_after_work_done_at_once_is_still_bounded() -> None:
+    async def works_then_waits(never: asyncio.Future[None]) -> None:
+        await _at_once("some work")
+        await never
+
+    bound = OperationBound()
+    never: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(bound.run(works_then_waits(never), 0.02), 5.0)
+    assert never.cancelled()
+    bound.close()
+
+
+async def test_an_operation_that_waits_then_finishes_returns_its_result_and_an_error_it_catches_is_its_own() -> None:
+    async def waits_and_survives_an_error(ready: asyncio.Future[str]) -> str:
+        try:
+            return await ready
+        except ConnectionResetError:
+            return "handled"
+
+    loop = asyncio.get_running_loop()
+    bound = OperationBound()
+    ready: asyncio.Future[str] = loop.create_future()
+    loop.call_later(0.01, ready.set_result, "arrived")
+    assert await bound.run(waits_and_survives_an_error(ready), 1.0) == "arrived"
+    failed: asyncio.Future[str] = loop.create_future()
+    loop.call_later(0.01, failed.set_exception, ConnectionResetError())
+    assert await bound.run(waits_and_survives_an_error(failed), 1.0) == "handled"
+    bound.close()
+
+
+async def test_a_second_task_at_once_whose_operation_finishes_in_time_gets_its_result() -> None:
+    bound = OperationBound()
+    never: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    first = asyncio.get_running_loop().create_task(bound.run(never, 30.0))
+    await asyncio.sleep(0)
+    assert await bound.run(asyncio.sleep(0.01, "second"), 1.0) == "second"  # rule 3, after its first wait
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    bound.close()
+
+
+class _TakesThenStops:
+    """A client's tunnel that takes ``accepted`` writes at once, then never takes another (it stopped reading)."""
+
+    def __init__(self, accepted: int) -> None:
+        self.accepted = accepted
+        self.written: list[bytes] = []
+
+    async def write(self, data: bytes | memoryview) -> None:
+        if len(self.written) >= self.accepted:
+            await asyncio.get_running_loop().create_future()
+        self.written.append(bytes(data))
+
+
+async def test_a_client_that_stops_reading_after_writes_taken_at_once_still_fails_after_idle_timeout() -> None:
+    stream = _TakesThenStops(accepted=20)
+    ctx = SimpleNamespace(limits=SimpleNamespace(idle_timeout=0.05))
+    downstream = Downstream(cast(Any, ctx), cast(Any, stream), cast(Any, None))
+    for _ in range(20):
+        await downstream.write(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(DownstreamGoneError, match="stopped reading"):
+        await asyncio.wait_for(downstream.write(b"one more"), 5.0)
+    assert 0.04 <= loop.time() - started < 2.0
+    downstream.close()
