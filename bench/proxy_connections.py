@@ -35,7 +35,8 @@ proxies together"). Figures:
   CPU per handshake pair (both ends), with the peer check (:func:`ambit.tls.spiffe.check_peer`) timed apart. The
   rate round's cold minus pooled CPU, minus this floor, is what our Python and the event loop's TLS layer add.
 
-Logging is the node proxy's own (:func:`ambit.cli.process_logging.configure_logging`), to a file: both proxies write an
+The C allocator's thresholds are the node proxy's own (:func:`ambit.inpod.allocator.tune_allocator`). Logging is the
+node proxy's own (:func:`ambit.cli.process_logging.configure_logging`), to a file: both proxies write an
 access-log line per connection, as in the lab.
 
 Everything the harness creates (namespaces, subprocesses) is removed when it ends, even on Ctrl-C.
@@ -69,6 +70,7 @@ from ambit.cli.process_logging import configure_logging
 from ambit.commands import SubprocessRunner
 from ambit.identity.localca import LocalCa
 from ambit.identity.manager import CertificateManager
+from ambit.inpod.allocator import tune_allocator
 from ambit.inpod.eventloop import run
 from ambit.inpod.settings import NodeProxySettings
 from ambit.inpod.workloads import PodListenerManager
@@ -351,6 +353,7 @@ def _measure_floor(client_cert: WorkloadCertificate, server_cert: WorkloadCertif
 
 async def _main(args: argparse.Namespace) -> dict[str, Any]:
     configure_logging(args.tmp / "proxy.log")  # the node proxy's own logging set-up, to a file
+    tune_allocator()  # the C allocator's thresholds, as ``ambit nodeproxy`` fixes them at start-up
     ca = LocalCa(args.tmp / "ca", trust_domain=TD)
     prefix = f"pc{secrets.token_hex(3)}"
     results: dict[str, Any] = {
