@@ -35,7 +35,8 @@ proxies together"). Figures:
   CPU per handshake pair (both ends), with the peer check (:func:`ambit.tls.spiffe.check_peer`) timed apart. The
   rate round's cold minus pooled CPU, minus this floor, is what our Python and the event loop's TLS layer add.
 
-Logging is the node proxy's own (:func:`ambit.cli.process_logging.configure_logging`), to a file: both proxies write an
+The C allocator's thresholds are the node proxy's own (:func:`ambit.inpod.allocator.tune_allocator`). Logging is the
+node proxy's own (:func:`ambit.cli.process_logging.configure_logging`), to a file: both proxies write an
 access-log line per connection, as in the lab.
 
 Everything the harness creates (namespaces, subprocesses) is removed when it ends, even on Ctrl-C.
@@ -64,10 +65,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ambit import native
 from ambit.cli.process_logging import configure_logging
 from ambit.commands import SubprocessRunner
 from ambit.identity.localca import LocalCa
 from ambit.identity.manager import CertificateManager
+from ambit.inpod.allocator import tune_allocator
 from ambit.inpod.eventloop import run
 from ambit.inpod.settings import NodeProxySettings
 from ambit.inpod.workloads import PodListenerManager
@@ -80,6 +83,7 @@ from ambit.redirect import InPodSettings
 from ambit.redirect.apply import apply_inpod
 from ambit.telemetry.accesslog import AccessLog
 from ambit.telemetry.metrics import ProxyMetrics
+from ambit.tls.socket_transport import TlsTransportKind
 from ambit.tls.spiffe import check_peer
 from ambit.tls.workload import WorkloadCertificate
 from ambit.zds.protocol import WorkloadInfo
@@ -142,10 +146,12 @@ def _workload(pod: Pod) -> Workload:
 
 @contextlib.asynccontextmanager
 async def _node_proxy(
-    pod: Pod, ca: LocalCa, workloads: list[Workload], tmp: Path, pool: ConnectionPool
+    pod: Pod, ca: LocalCa, workloads: list[Workload], tmp: Path, pool: ConnectionPool, tls_transport: TlsTransportKind
 ) -> AsyncIterator[ProxyContext]:
     """One node proxy serving ``pod``, as ``ambit nodeproxy`` builds it (minus ZDS and the control plane)."""
-    settings = NodeProxySettings(node=pod.node, zds_socket=tmp / "unused.sock", trust_domain=TD)
+    settings = NodeProxySettings(
+        node=pod.node, zds_socket=tmp / "unused.sock", trust_domain=TD, tls_transport=tls_transport
+    )
     state = WorkloadState()
     state.replace_all(workloads, [])
     certs = CertificateManager(ca)
@@ -347,9 +353,16 @@ def _measure_floor(client_cert: WorkloadCertificate, server_cert: WorkloadCertif
 
 async def _main(args: argparse.Namespace) -> dict[str, Any]:
     configure_logging(args.tmp / "proxy.log")  # the node proxy's own logging set-up, to a file
+    tune_allocator()  # the C allocator's thresholds, as ``ambit nodeproxy`` fixes them at start-up
     ca = LocalCa(args.tmp / "ca", trust_domain=TD)
     prefix = f"pc{secrets.token_hex(3)}"
-    results: dict[str, Any] = {"loop": args.loop, "count": args.count, "cold": args.cold}
+    results: dict[str, Any] = {
+        "loop": args.loop,
+        "count": args.count,
+        "cold": args.cold,
+        "tls_transport": args.tls_transport,
+        "records": native.selection().describe() if args.tls_transport == "socket" else "the loop's",
+    }
 
     def pool() -> ConnectionPool:
         return ConnectionPool(max_streams=1, idle_timeout=0) if args.cold else ConnectionPool()
@@ -359,8 +372,8 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
         echo = await asyncio.create_subprocess_exec(*_app(server.netns, "echo", "--port", str(APP_PORT)), cwd=ROOT)
         try:
             async with (
-                _node_proxy(client, ca, workloads, args.tmp, pool()) as client_proxy,
-                _node_proxy(server, ca, workloads, args.tmp, pool()) as server_proxy,
+                _node_proxy(client, ca, workloads, args.tmp, pool(), args.tls_transport) as client_proxy,
+                _node_proxy(server, ca, workloads, args.tmp, pool(), args.tls_transport) as server_proxy,
             ):
                 contexts = [client_proxy, server_proxy]
                 await asyncio.sleep(0.5)  # the echo server is listening
@@ -389,7 +402,8 @@ def _identity(pod: Pod) -> SpiffeId:
 
 
 def _print(results: dict[str, Any]) -> None:
-    print(f"loop={results['loop']} connections={results['count']} pooled HBONE connections={results.get('pool')}"
+    print(f"loop={results['loop']} tls_transport={results['tls_transport']} records={results['records']} "
+          f"connections={results['count']} pooled HBONE connections={results.get('pool')}"
           f"{' (cold: one stream per connection, no reuse)' if results['cold'] else ''}")  # fmt: skip
     if "rss" in results:
         r = results["rss"]
@@ -420,6 +434,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=5.0, help="length of the rate round (default 5)")
     parser.add_argument("--concurrency", type=int, default=8, help="concurrent clients in the rate round")
     parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop")
+    parser.add_argument(
+        "--tls-transport",
+        choices=["loop", "socket"],
+        default="loop",
+        help="HBONE's TLS transport, as the node proxy's --tls-transport (socket: records native or Python per "
+        "AMBIT_NATIVE)",
+    )
     parser.add_argument("--measure", default="rss,tracemalloc,rate", help="comma-separated: rss,tracemalloc,rate,floor")
     parser.add_argument(
         "--cold",

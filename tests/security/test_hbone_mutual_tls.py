@@ -200,6 +200,16 @@ async def _no_alpn(pki: Pki) -> ssl.SSLContext:
     return raw_context(await pki.good(CLIENT), alpn=[])
 
 
+async def _no_certificate(pki: Pki) -> ssl.SSLContext:
+    """A client that trusts the mesh roots and offers h2 over TLS 1.3 but presents no certificate of its own."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.minimum_version = ssl.TLSVersion.TLSv1_3
+    context.set_alpn_protocols(["h2"])
+    context.load_verify_locations(cadata=(await pki.good(CLIENT)).roots_pem.decode("ascii"))
+    return context
+
+
 @pytest.mark.parametrize(
     ("make", "reason"),
     [
@@ -219,6 +229,11 @@ async def _no_alpn(pki: Pki) -> ssl.SSLContext:
         pytest.param(_alpn_http11, "client did not agree to ALPN h2 (got None)", id="alpn-http/1.1"),
         pytest.param(_alpn_h2c_http10, "client did not agree to ALPN h2 (got None)", id="alpn-h2c-http/1.0"),
         pytest.param(_no_alpn, "client did not agree to ALPN h2 (got None)", id="no-alpn"),
+        pytest.param(
+            _no_certificate,
+            "TLS handshake failed: [SSL: PEER_DID_NOT_RETURN_A_CERTIFICATE] peer did not return a certificate",
+            id="no-client-certificate",
+        ),
     ],
 )
 async def test_the_hbone_server_refuses_the_client_and_relays_nothing(

@@ -72,6 +72,8 @@ class NativeTlsSocketTransport(TlsSocketTransport):
         protocol: asyncio.Protocol,
         tls_records: ModuleType,
         records: Records,
+        *,
+        reading: bool = False,
     ) -> None:
         self._records = records
         self._records_read = records.read
@@ -79,7 +81,7 @@ class NativeTlsSocketTransport(TlsSocketTransport):
         self._again, self._more, self._eof_status = tls_records.READ_AGAIN, tls_records.READ_MORE, tls_records.READ_EOF
         self._wants_write_status = tls_records.READ_WANTS_WRITE
         self._feed: Callable[[bytes], int] | None = None  # see set_data_path
-        super().__init__(loop, tls, protocol, None)  # connects the protocol, which may write at once
+        super().__init__(loop, tls, protocol, None, reading=reading)  # connects the protocol, which may write at once
 
     def set_data_path(self, feed: Callable[[bytes], int] | None) -> None:
         """Give each read's plaintext to ``feed`` first (a ``DataPath.feed`` of ``ambit.native._hbone_data``): it

@@ -20,6 +20,9 @@ Invariants:
   holds never wait for a readiness the poller will not report. At most ``READ_SIZE`` bytes go to the protocol per
   callback (joined into one ``data_received``); when that bound cuts a read short, the next read is scheduled with
   ``call_soon`` rather than left to the poller.
+- A descriptor is registered with the loop once per way it waits: the handshake's steps share one registration,
+  and a reading one becomes the transport's (only the callback changes), so a connection's reads need one
+  registration from its first handshake step to its close.
 - A read that needs to write (``WANT_WRITE``: a TLS 1.3 KeyUpdate answer) waits for the socket to be writable, and a
   write that needs to read (``WANT_READ``) waits for it to be readable, even while the protocol paused reading.
 - Writes are bookkept by :class:`~ambit.tls.write_backlog.WriteBacklog` (its rules: a refused chunk is retried
@@ -86,39 +89,71 @@ async def open_tls(
     except BaseException:
         sock.close()
         raise
+    reading = False  # the handshake left the descriptor registered for reading
     try:
         async with asyncio.timeout(handshake_timeout):
-            await _handshake(loop, tls)
+            reading = await _handshake(loop, tls)
+        protocol = protocol_factory()
+        tls_records = native.selection().tls_records
+        records = None
+        if tls_records is not None:
+            from ambit.tls.native_transport import attach_records
+
+            records = attach_records(tls_records, tls)
     except BaseException:
+        if reading:
+            loop.remove_reader(tls.fileno())
         tls.close()
         raise
-    protocol = protocol_factory()
-    tls_records = native.selection().tls_records
-    if tls_records is not None:
-        from ambit.tls.native_transport import NativeTlsSocketTransport, attach_records  # it subclasses ours
+    if tls_records is not None and records is not None:
+        from ambit.tls.native_transport import NativeTlsSocketTransport  # it subclasses ours
 
-        records = attach_records(tls_records, tls)
-        if records is not None:
-            return NativeTlsSocketTransport(loop, tls, protocol, tls_records, records), protocol
-    return TlsSocketTransport(loop, tls, protocol, has_pending), protocol
+        return NativeTlsSocketTransport(loop, tls, protocol, tls_records, records, reading=reading), protocol
+    return TlsSocketTransport(loop, tls, protocol, has_pending, reading=reading), protocol
 
 
-async def _handshake(loop: asyncio.AbstractEventLoop, tls: ssl.SSLSocket) -> None:
+async def _handshake(loop: asyncio.AbstractEventLoop, tls: ssl.SSLSocket) -> bool:
+    """Run the handshake on ``tls``; True when it ends with the descriptor still registered for reading.
+
+    One registration serves every step that waits the same way (only its callback changes, which costs the loop no
+    system call), and the transport takes over a reading one in turn: an event loop that registers a descriptor
+    anew pays for it (uvloop: a poll handle made and destroyed, with several ``epoll_ctl`` and ``ioctl`` calls).
+    On any failure (the handshake's, a timeout, a cancellation) nothing stays registered."""
     fd = tls.fileno()
-    while True:
-        try:
-            tls.do_handshake()
-            return
-        except ssl.SSLWantReadError:
-            add, remove = loop.add_reader, loop.remove_reader
-        except ssl.SSLWantWriteError:
-            add, remove = loop.add_writer, loop.remove_writer
-        ready = loop.create_future()
-        add(fd, _set_done, ready)
-        try:
+    waiting: Literal["read", "write"] | None = None  # what the descriptor is registered for
+    try:
+        while True:
+            try:
+                tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                want: Literal["read", "write"] = "read"
+            except ssl.SSLWantWriteError:
+                want = "write"
+            if waiting is not None and waiting != want:
+                _unregister(loop, fd, waiting)
+                waiting = None
+            ready = loop.create_future()
+            if want == "read":
+                loop.add_reader(fd, _set_done, ready)
+            else:
+                loop.add_writer(fd, _set_done, ready)
+            waiting = want
             await ready
-        finally:
-            remove(fd)
+    except BaseException:
+        if waiting is not None:
+            _unregister(loop, fd, waiting)
+        raise
+    if waiting == "write":
+        _unregister(loop, fd, waiting)
+    return waiting == "read"
+
+
+def _unregister(loop: asyncio.AbstractEventLoop, fd: int, waiting: Literal["read", "write"]) -> None:
+    if waiting == "read":
+        loop.remove_reader(fd)
+    else:
+        loop.remove_writer(fd)
 
 
 def _set_done(future: asyncio.Future[None]) -> None:
@@ -135,7 +170,11 @@ class TlsSocketTransport(asyncio.Transport):
         tls: ssl.SSLSocket,
         protocol: asyncio.Protocol,
         has_pending: Callable[[], int] | None = None,
+        *,
+        reading: bool = False,
     ) -> None:
+        """``reading``: the descriptor is registered for reading already (by :func:`open_tls`'s handshake); the
+        transport makes that registration its own."""
         extra: dict[str, Any] = {"socket": tls, "ssl_object": tls, "sslcontext": tls.context}
         try:
             extra["peername"], extra["sockname"] = tls.getpeername(), tls.getsockname()
@@ -158,12 +197,14 @@ class TlsSocketTransport(asyncio.Transport):
         self._lost = False  # the descriptor is closed; connection_lost is scheduled
         self._read_paused = False
         self._eof = False  # the peer closed its side: nothing more will be read
-        self._reading = False  # our reader is registered
+        self._reading = reading  # our reader is registered
         self._writing = False  # our writer is registered
         self._read_wants_write = False
         self._write_wants_read = False
         self._shutdown_handle: asyncio.TimerHandle | None = None
         self._draining = False  # close_notify sent; reading until the peer closes
+        if reading:
+            loop.add_reader(self._fd, self._read_ready)  # the handshake's registration, with our callback
         protocol.connection_made(self)
         if not self._closing:
             self._update_reader()
