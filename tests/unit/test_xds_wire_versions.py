@@ -128,3 +128,36 @@ def test_a_request_without_held_versions_parses_as_the_message_does(
     )
     parsed = parse_request(request.SerializeToString())
     assert isinstance(parsed, dpb.DeltaDiscoveryRequest) and parsed == request
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    nonce=st.text(max_size=8),
+    subscribe=st.lists(st.text(max_size=6), max_size=3),
+    unsubscribe=st.lists(st.text(max_size=6), max_size=3),
+    error=st.one_of(st.none(), st.tuples(st.integers(0, 16), st.text(max_size=10))),
+    cluster=st.text(max_size=6),
+    held=st.dictionaries(st.sampled_from(NAMES), st.sampled_from(VERSIONS), min_size=1, max_size=5),
+)
+def test_a_reconnect_keeps_every_other_field_of_the_request(
+    nonce: str,
+    subscribe: list[str],
+    unsubscribe: list[str],
+    error: tuple[int, str] | None,
+    cluster: str,
+    held: dict[str, str],
+) -> None:
+    request = dpb.DeltaDiscoveryRequest(
+        type_url=A,
+        node=dpb.Node(id="sidecar~10.0.0.1~ztunnel", cluster=cluster),
+        resource_names_subscribe=subscribe,
+        resource_names_unsubscribe=unsubscribe,
+        response_nonce=nonce,
+        initial_resource_versions=held,
+    )
+    if error is not None:
+        request.error_detail.code, request.error_detail.message = error
+    parsed = parse_request(request.SerializeToString())
+    assert isinstance(parsed, Reconnect)
+    request.ClearField("initial_resource_versions")
+    assert parsed.request == request
