@@ -141,6 +141,8 @@ class FrameCache:
 
     def _keep(self, type_url: str, current: ResourceSet) -> None:
         kept = self._kept.setdefault(type_url, [])
+        if kept and kept[-1] is current:  # the newest: every stream's push of a change asks about it
+            return
         if any(snapshot is current for snapshot in kept):
             return
         kept.append(current)
