@@ -32,6 +32,7 @@ import shutil
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,6 +108,22 @@ PROFILES = {
 }
 
 
+_BUCKET = re.compile(r'^pilot_proxy_convergence_time_bucket\{le="([^"]+)"\} ([0-9.e+]+)$', re.MULTILINE)
+
+
+def convergence_buckets(metrics: str) -> dict[float, float]:
+    """The cumulative buckets of ``pilot_proxy_convergence_time`` in a Prometheus text page (bound -> count)."""
+    return {float(bound): float(count) for bound, count in _BUCKET.findall(metrics)}
+
+
+def convergence_shares(before: dict[float, float], after: dict[float, float]) -> dict[float, float]:
+    """The share of the pushes between two scrapes that converged within 0.5 s and within 1 s."""
+    total = after.get(float("inf"), 0.0) - before.get(float("inf"), 0.0)
+    if total <= 0:
+        return {}
+    return {bound: (after.get(bound, 0.0) - before.get(bound, 0.0)) / total for bound in (0.5, 1.0)}
+
+
 class ScaleError(RuntimeError):
     """The run could not produce its figures (a sync or a delivery did not finish in time)."""
 
@@ -164,6 +181,7 @@ class Run:
             cwd=REPO,
         )
         self.xds_port = free_port()
+        self.monitoring_port = free_port()
         self._profile_controlplane = profile_controlplane
         self._plane_starts = 0
         self.plane = self._control_plane()
@@ -192,6 +210,8 @@ class Run:
                 "--webhook-port",
                 "0",
                 "--no-deploy-waypoints",
+                "--monitoring-port",
+                str(self.monitoring_port),
                 *self.profile.controlplane_args,
                 *extra,
             ],
@@ -237,6 +257,16 @@ class Run:
             "policies": s.policies,
             "clients": s.nodes,
         }
+
+    async def _convergence(self) -> dict[float, float]:
+        """The control plane's ``pilot_proxy_convergence_time`` histogram now: bucket bound -> pushes so far."""
+        url = f"http://127.0.0.1:{self.monitoring_port}/metrics"
+
+        def scrape() -> str:
+            with urllib.request.urlopen(url, timeout=10) as answer:
+                return str(answer.read().decode())
+
+        return convergence_buckets(await asyncio.to_thread(scrape))
 
     def _phase(self, name: str) -> None:
         """A progress line on stderr as each step begins, with the servers' pids (to attach a profiler from outside
@@ -391,6 +421,7 @@ class Run:
         await self.fleet.track(names)
         scenario = f"churn {p.churn_rate:g} pod changes/s to {p.clients}"
         plane_cpu, api_cpu, fleet_cpu = self.plane.cpu_seconds(), self.api.cpu_seconds(), self.fleet.cpu_seconds()
+        converged = await self._convergence()
         began = time.monotonic()
         run = await paced(self.endpoint, requests, rate=p.churn_rate, connections=4)
         fleet = self.fleet
@@ -423,6 +454,10 @@ class Run:
         self.add(scenario, "delivery max", max(latencies, default=float("nan")) * 1000, "ms")
         by_kind = ", ".join(f"{kind} {n}" for kind, n in missing.items())
         self.add(scenario, "deliveries missing", sum(missing.values()), "", f"of {expected:,} {by_kind}")
+        pushes = convergence_shares(converged, await self._convergence())
+        for bound, share in pushes.items():
+            note = "of the pushes: first change seen by the control plane to its last write to that client"
+            self.add(scenario, f"control plane convergence <= {bound:g} s", share * 100, "%", note)
         self.add(scenario, "control plane CPU", (self.plane.cpu_seconds() - plane_cpu) / wall * 100, "%", "of one core")
         self.add(scenario, "control plane RSS peak", sampler.peaks["controlplane"] / MIB, "MiB")
         self.add(scenario, "API server CPU", (self.api.cpu_seconds() - api_cpu) / wall * 100, "%", "of one core")

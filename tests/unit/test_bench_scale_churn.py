@@ -1,5 +1,6 @@
-"""The scale harness's churn (bench/scale/cluster.py) writes what kube's EndpointSlice controller would after each
-pod change: the pod's Service's whole slice, with the pod added, removed or not ready; a label change writes none."""
+"""The scale harness (bench/scale): its churn (cluster.py) writes what kube's EndpointSlice controller would after each
+pod change: the pod's Service's whole slice, with the pod added, removed or not ready; a label change writes none. The
+run reads the control plane's convergence histogram off its metrics page."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 from typing import Any
 
 from bench.scale.cluster import ClusterShape, Request, churn, churn_pods, creates, demanded_pods, slice_name
+from bench.scale.run import convergence_buckets, convergence_shares
 
 SHAPE = ClusterShape(namespaces=2, services=4, pods=16, policies=0, nodes=2)
 
@@ -57,3 +59,21 @@ def test_on_demand_clients_look_up_loaded_and_added_pods_and_each_change_names_i
     assert drawn == [demanded_pods(SHAPE, client, 5, changes) for client in range(3)]  # the same in every run
     assert all(len(set(d)) == 5 and all(0 <= i < SHAPE.pods + 2 for i in d) for d in drawn)
     assert demanded_pods(SHAPE, 0, 100, changes) == list(range(SHAPE.pods + 2))  # at most every pod
+
+
+def test_the_control_planes_convergence_is_read_from_its_metrics_page() -> None:
+    page = "\n".join(
+        [
+            "# TYPE pilot_proxy_convergence_time histogram",
+            'pilot_proxy_convergence_time_bucket{le="0.1"} 5',
+            'pilot_proxy_convergence_time_bucket{le="0.5"} 10',
+            'pilot_proxy_convergence_time_bucket{le="1.0"} 12',
+            'pilot_proxy_convergence_time_bucket{le="+Inf"} 20',
+            "pilot_proxy_convergence_time_sum 9.5",
+            'pilot_xds_push_time_bucket{le="0.5"} 99',
+        ]
+    )
+    before = {0.5: 2.0, 1.0: 2.0, float("inf"): 4.0}
+    assert convergence_buckets(page) == {0.1: 5.0, 0.5: 10.0, 1.0: 12.0, float("inf"): 20.0}
+    assert convergence_shares(before, convergence_buckets(page)) == {0.5: 0.5, 1.0: 0.625}
+    assert convergence_shares(before, before) == {}  # no push between the scrapes
