@@ -335,8 +335,9 @@ def test_the_node_proxy_config_dump_shows_workloads_and_certificates(mesh: Mesh)
     assert re.match(r"\d{4}-", dump["certificates"][0]["certChain"][0]["expirationTime"])
     # The lab runs the deployed DaemonSet: HBONE on the socket transport, with the native TLS records in CI.
     assert dump["config"]["tlsTransport"] == "socket", dump["config"]
-    if os.environ.get("CI") == "true":
+    if os.environ.get("CI") == "true":  # with the DATA frames of attached streams in C (AMBIT_NATIVE_DATA=1)
         assert dump["config"]["tlsRecords"].startswith("native"), dump["config"]
+        assert "HBONE DATA frames in C" in dump["config"]["tlsRecords"], dump["config"]
 
 
 def test_nodejs_http2_stack_tunnels_through_15008_with_a_workload_certificate(mesh: Mesh, tmp_path: Any) -> None:

@@ -220,6 +220,7 @@ def test_lab_overlay_changes_only_the_pull_policy_the_control_plane_address_dry_
     assert env["SECRET_TTL"] == "2m"
     # The overlay patches variables by position: a variable inserted before them would be overwritten silently.
     assert env["HBONE_TLS_TRANSPORT"] == "socket"
+    assert env["AMBIT_NATIVE_DATA"] == "1"  # step 2 of docs/native-data-path.md, measured on the lab in session 35
 
 
 def test_no_container_names_an_environment_variable_twice() -> None:

@@ -11,9 +11,11 @@ start-up, from the environment:
 - ``AMBIT_NATIVE=1``: the native path; a missing or unusable extension is a :class:`NativeError` at start-up;
 - unset (or empty): the native path when the extension loads and passes its checks, else the pure-Python one.
 
-Step 2 of the plan (docs/native-data-path.md: DATA frames of attached streams in C) is opt-in until the lab has
-measured it: ``AMBIT_NATIVE_DATA=1`` adds it to the native records; unset or ``0``, DATA frames stay in the Python
-engine. Tests and benchmarks select both paths explicitly (:func:`use`).
+Step 2 of the plan (docs/native-data-path.md: DATA frames of attached streams in C) is chosen by
+``AMBIT_NATIVE_DATA=1``, which adds it to the native records; unset or ``0``, DATA frames stay in the Python engine.
+The deployed node proxy sets it (deploy/base/ztunnel/daemonset.yaml, since the lab measured it: session 35); a
+process started by hand keeps the Python engine unless asked. Tests and benchmarks select both paths explicitly
+(:func:`use`).
 
 The extension counts as usable only when it was built against the OpenSSL that Python's ``ssl`` runs (the same
 ``OPENSSL_VERSION_NUMBER``): it handles the ``SSL *`` objects of that library.
