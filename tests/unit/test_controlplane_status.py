@@ -7,7 +7,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, cast
 
-from ambit.controlplane.status import StatusWriter, plan_conditions, rfc3339
+from ambit.controlplane.status import PolicyStatusWriter, StatusWriter, plan_conditions, rfc3339
 from ambit.controlplane.translate import PolicyStatus
 from ambit.k8s import KubeClient, kinds
 
@@ -123,3 +123,47 @@ async def test_a_writer_whose_planning_fails_once_tries_again_instead_of_ending(
         assert plans == ["apps/allow", "apps/allow"]
     finally:
         await writer.aclose()
+
+
+async def test_a_pass_plans_only_objects_that_changed_since_their_last_empty_plan() -> None:
+    """Rule 10: every configuration change wakes the writers; an object with the same resourceVersion and the same
+    wanted status as at its last plan that wrote nothing is not planned again; a new wanted status, or someone
+    else's write (a new resourceVersion), is."""
+    planned: list[str] = []
+    objects: dict[str, dict[str, Any]] = {
+        name: {"metadata": {"name": name, "namespace": "ns", "resourceVersion": "1", "generation": 1}}
+        for name in ("a", "b", "c")
+    }
+
+    class Client:
+        async def patch_status(self, kind: object, name: str, body: dict[str, Any], namespace: str) -> dict[str, Any]:
+            version = str(int(body["metadata"]["resourceVersion"]) + 1)
+            objects[name] = {**objects[name], "status": body["status"]}
+            objects[name]["metadata"] = {**objects[name]["metadata"], "resourceVersion": version}
+            return objects[name]
+
+    class Counting(PolicyStatusWriter):
+        def _plan(self, status: Mapping[str, Any], key: str, namespace: str, now: str) -> dict[str, Any] | None:
+            planned.append(key)
+            return super()._plan(status, key, namespace, now)
+
+    writer = Counting(cast(KubeClient, Client()), lambda: list(objects.values()), clock=time.time)
+    wanted = {n: PolicyStatus("ns", n, 1, True, "Accepted", "attached to ztunnel") for n in objects}
+
+    async def one_pass() -> list[str]:
+        planned.clear()
+        assert await writer.write_once()
+        return sorted(planned)
+
+    writer.submit(wanted.values())
+    assert await one_pass() == ["ns/a", "ns/b", "ns/c"] and writer.writes == 3
+    assert await one_pass() == ["ns/a", "ns/b", "ns/c"]  # each written object's new version, planned once
+    assert await one_pass() == [] and writer.writes == 3  # nothing changed: nothing planned
+    wanted["b"] = PolicyStatus("ns", "b", 1, False, "Invalid", "bad rule")
+    writer.submit(wanted.values())
+    assert await one_pass() == ["ns/b"] and writer.writes == 4
+    assert objects["b"]["status"]["conditions"][0]["status"] == "False"
+    objects["c"] = {**objects["c"], "status": {}, "metadata": {**objects["c"]["metadata"], "resourceVersion": "9"}}
+    assert await one_pass() == ["ns/b", "ns/c"] and writer.writes == 5  # b's new version; c's condition put back
+    assert objects["c"]["status"]["conditions"][0]["reason"] == "Accepted"
+    assert await one_pass() == ["ns/c"] and await one_pass() == []

@@ -36,6 +36,11 @@ Rules:
 9. Policy ancestors (:func:`plan_policy_ancestors`, a BackendTLSPolicy's ``status.ancestors``): as rule 6 by
    ``ancestorRef``, owning the entries of both istiod controllers (``istio.io/mesh-controller`` and
    ``istio.io/gateway-controller``); at most 16 entries are written, Gateway API's bound.
+10. A pass plans only the objects that changed since their last plan wrote nothing: an object whose
+    ``resourceVersion`` and wanted status (compared with ``==``) are those of that plan is skipped, since planning
+    it again gives the same nothing (the clock only matters to what is written). Every configuration change wakes
+    the writers, and re-planning 10,000 Services' ``WaypointBound`` per pod change was ~9% of the control plane's
+    CPU under churn (issue 22).
 """
 
 from __future__ import annotations
@@ -240,6 +245,10 @@ def _plan_entries(
     return out if changed else None
 
 
+_ALWAYS: object = object()
+""":meth:`StatusWriter._wanted_of`'s answer for writers that plan every object on every pass."""
+
+
 class StatusWriter:
     """Writes planned status to the objects ``objects()`` returns (the informer's cache), objects of ``kind``;
     subclasses plan (:meth:`_plan`) what one object's ``status`` should get."""
@@ -266,9 +275,16 @@ class StatusWriter:
         """Status patches that succeeded (for tests and metrics)."""
         self._written: dict[str, tuple[str, str, dict[str, Any]]] = {}
         """Key → (resourceVersion before, after, status written): the informer may lag behind our own write."""
+        self._settled: dict[str, tuple[str, object]] = {}
+        """Key → (resourceVersion, what was wanted) of the objects whose last plan wrote nothing (rule 10)."""
 
     def _plan(self, status: Mapping[str, Any], key: str, namespace: str, now: str) -> dict[str, Any] | None:
         raise NotImplementedError
+
+    def _wanted_of(self, key: str) -> object:
+        """What :meth:`_plan` of ``key`` depends on besides the object (compared with ``==``): rule 10. The default
+        (:data:`_ALWAYS`) plans every object on every pass."""
+        return _ALWAYS
 
     def _wake(self) -> None:
         self._dirty.set()
@@ -305,11 +321,19 @@ class StatusWriter:
             status = obj.get("status")
             current: Mapping[str, Any] = status if isinstance(status, Mapping) else {}
             written = self._written.get(key)
+            lagging = False
             if written is not None and version == written[0]:
-                current = written[2]  # the cache has not seen our own write yet
+                current, lagging = written[2], True  # the cache has not seen our own write yet
+            wanted = self._wanted_of(key)
+            memo = version and not lagging and wanted is not _ALWAYS
+            if memo and self._settled.get(key) == (version, wanted):
+                continue  # rule 10: the same object, the same wanted status: the same (empty) plan
             patch = self._plan(current, key, namespace, now)
             if patch is None:
+                if memo:
+                    self._settled[key] = (version, wanted)
                 continue
+            self._settled.pop(key, None)
             try:
                 patched = await self._client.patch_status(
                     self._kind,
@@ -327,6 +351,8 @@ class StatusWriter:
             after = str((patched.get("metadata") or {}).get("resourceVersion") or "")
             self._written[key] = (version, after, {**current, **patch})
         self._written = {k: v for k, v in self._written.items() if k in seen}
+        if len(self._settled) > len(seen):
+            self._settled = {k: v for k, v in self._settled.items() if k in seen}
         return ok
 
     async def aclose(self) -> None:
@@ -368,6 +394,9 @@ class PolicyStatusWriter(StatusWriter):
         self._wanted = {(s.key, s.type): s for s in statuses if s.type in self._condition_types}
         self._wake()
 
+    def _wanted_of(self, key: str) -> object:
+        return tuple(self._wanted.get((key, condition_type)) for condition_type in self._condition_types)
+
     def _plan(self, status: Mapping[str, Any], key: str, namespace: str, now: str) -> dict[str, Any] | None:
         current = status.get("conditions")
         conditions: list[dict[str, Any]] | None = None
@@ -399,6 +428,9 @@ class RouteStatusWriter(StatusWriter):
         """Make ``statuses`` (this writer's kind) the wanted ones and wake the writer."""
         self._wanted = {s.key: s for s in statuses if s.kind == self._kind.kind}
         self._wake()
+
+    def _wanted_of(self, key: str) -> object:
+        return self._wanted.get(key)
 
     def _plan(self, status: Mapping[str, Any], key: str, namespace: str, now: str) -> dict[str, Any] | None:
         current = status.get("parents")
