@@ -29,15 +29,17 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from ambit.api import discovery_pb2 as dpb
 
-__all__ = ["WIRE_REQUEST", "Reconnect", "WireVersions", "parse_request", "versions_digest"]
+__all__ = ["WIRE_REQUEST", "Reconnect", "WireVersions", "parse_request", "set_fields", "versions_digest"]
 
 _VERSIONS_FIELD = dpb.DeltaDiscoveryRequest.DESCRIPTOR.fields_by_name["initial_resource_versions"]
 
@@ -123,16 +125,19 @@ def _without_versions(wire: Message) -> bytes:
     """The encoding of ``wire``'s fields other than the held versions (the request's head: a few hundred bytes),
     copied field by field: parsing the request a second time to drop them cost as much as the first parse."""
     head = WIRE_REQUEST()
-    for descriptor, value in wire.ListFields():
-        if descriptor.number == _VERSIONS_FIELD.number:
-            continue
-        if descriptor.is_repeated:
-            getattr(head, descriptor.name).extend(value)
-        elif descriptor.message_type is not None:
-            getattr(head, descriptor.name).CopyFrom(value)
-        else:
-            setattr(head, descriptor.name, value)
+    set_fields(head, [(f, v) for f, v in wire.ListFields() if f.number != _VERSIONS_FIELD.number])
     return head.SerializeToString()
+
+
+def set_fields(message: Message, fields: Iterable[tuple[FieldDescriptor, Any]]) -> None:
+    """Give ``message`` the values of ``fields`` (a message's ``ListFields()``, of the same message type)."""
+    for descriptor, value in fields:
+        if descriptor.is_repeated:
+            getattr(message, descriptor.name).extend(value)
+        elif descriptor.message_type is not None:
+            getattr(message, descriptor.name).CopyFrom(value)
+        else:
+            setattr(message, descriptor.name, value)
 
 
 def encoded_entries(request: dpb.DeltaDiscoveryRequest) -> list[bytes]:

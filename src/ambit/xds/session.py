@@ -76,7 +76,7 @@ from typing import TypeVar
 from google.protobuf import any_pb2
 
 from ambit.api import discovery_pb2 as dpb
-from ambit.xds.opening import Reconnect, WireVersions, encoded_entries, versions_digest
+from ambit.xds.opening import Reconnect, WireVersions, encoded_entries, set_fields, versions_digest
 from ambit.xds.snapshot_map import MapEdit, SnapshotMap
 
 __all__ = [
@@ -245,13 +245,7 @@ class ResourceSet:
         probe = self.versions_request()
         others = [(f, v) for f, v in request.ListFields() if f.name != "initial_resource_versions"]
         try:
-            for descriptor, value in others:
-                if descriptor.is_repeated:
-                    getattr(probe, descriptor.name).extend(value)
-                elif descriptor.message_type is not None:
-                    getattr(probe, descriptor.name).CopyFrom(value)
-                else:
-                    setattr(probe, descriptor.name, value)
+            set_fields(probe, others)
             return bool(request == probe)
         finally:
             for descriptor, _ in others:
