@@ -50,10 +50,10 @@ from bench.scale.shared_held import HeldPool, WildcardSession
 
 PATH = f"/{SERVICE_NAME}/{METHOD}"
 MAX_MESSAGE = MAX_RESPONSE_BYTES
-CONNECT_TIMEOUT = 10.0
-"""Seconds a simulated node proxy waits for its channel to connect before it backs off and tries again."""
 """What a simulated client accepts in one response: the node proxy's limit (``max_message`` in the config line
 overrides it)."""
+CONNECT_TIMEOUT = 10.0
+"""Seconds a simulated node proxy waits for its channel to connect before it backs off and tries again."""
 
 
 def _keep_name(name: str, body: any_pb2.Any) -> None:

@@ -15,15 +15,15 @@ Rules:
    response and the entries it replaces; when another client of the worker already holds that map it is shared,
    otherwise the first client to reach it copies its old map once and applies the change. Names and versions are
    interned in the pool, so maps that are copied share their strings.
+3. :class:`WildcardSession` is :class:`~ambit.xds.client_session.ClientSession` for a wildcard client (the same
+   opening requests, the same ACKs and NACKs, rule 5's resync when what it holds is over the opening request's
+   limit, the same upserts and removals reported), but keeps its maps in the pool; on-demand clients hold a few
+   hundred names and keep the session of their own.
 4. A reconnecting client sends its held versions (110,000 names: 6.7 MB): the pool encodes them once per map, and
    a client's opening is its own fields' encoding followed by those bytes (protobuf reads concatenated encodings
    of disjoint fields as one message). Building and encoding them per attempt cost ~50 ms of CPU and ~15 MB a
    client, so 1,000 clients retrying while the control plane restarted took the machine's CPU from the starting
    control plane and a worker past 6 GB (killed by the OOM killer).
-3. :class:`WildcardSession` is :class:`~ambit.xds.client_session.ClientSession` for a wildcard client (the same
-   opening requests, the same ACKs and NACKs, rule 5's resync when what it holds is over the opening request's
-   limit, the same upserts and removals reported), but keeps its maps in the pool; on-demand clients hold a few
-   hundred names and keep the session of their own.
 """
 
 from __future__ import annotations
