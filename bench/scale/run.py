@@ -124,6 +124,46 @@ def convergence_shares(before: dict[float, float], after: dict[float, float]) ->
     return {bound: (after.get(bound, 0.0) - before.get(bound, 0.0)) / total for bound in (0.5, 1.0)}
 
 
+_TOTAL = re.compile(r"^(pilot_[a-z_]+?)(_sum|_count|_total)?(?:\{[^}]*\})? ([0-9.e+-]+)$", re.MULTILINE)
+WATCHED = ("pilot_pushcontext_init_seconds", "pilot_debounce_time", "pilot_xds_send_time", "pilot_xds_pushes")
+"""The control plane's series whose totals between two scrapes explain a churn: translations (count, time),
+debounce (first change to the end of the hand-over), writes (count, time each)."""
+
+
+def series_totals(metrics: str) -> dict[str, float]:
+    """Each :data:`WATCHED` series' ``_sum`` and ``_count`` (a histogram) or its value (a counter, with or without
+    ``_total``), each summed over its labels, keyed ``name_sum`` / ``name_count`` / ``name``."""
+    totals: dict[str, float] = {}
+    for name, suffix, value in _TOTAL.findall(metrics):
+        if name not in WATCHED:
+            continue
+        key = name if suffix == "_total" else name + suffix
+        totals[key] = totals.get(key, 0.0) + float(value)
+    return totals
+
+
+@dataclass(frozen=True)
+class FanOut:
+    """Where a churn's delivery latency goes, from each change's arrivals at its clients: ``first`` is the first
+    client's latency (API server, watch, debounce, translation, one write), ``spread`` the time from the first
+    client's arrival to the last one's (the fan-out of one push round over every stream)."""
+
+    first: list[float]
+    spread: list[float]
+
+
+def fan_out(sent: list[float], arrivals: list[list[float | None]]) -> FanOut:
+    """:class:`FanOut` of changes sent at ``sent[k]`` and read at ``arrivals[k][c]`` (None: never; left out)."""
+    first: list[float] = []
+    spread: list[float] = []
+    for at, times in zip(sent, arrivals, strict=True):
+        seen = [t for t in times if t is not None]
+        if seen:
+            first.append(min(seen) - at)
+            spread.append(max(seen) - min(seen))
+    return FanOut(first, spread)
+
+
 class ScaleError(RuntimeError):
     """The run could not produce its figures (a sync or a delivery did not finish in time)."""
 
@@ -258,15 +298,15 @@ class Run:
             "clients": s.nodes,
         }
 
-    async def _convergence(self) -> dict[float, float]:
-        """The control plane's ``pilot_proxy_convergence_time`` histogram now: bucket bound -> pushes so far."""
+    async def _metrics(self) -> str:
+        """The control plane's metrics page now."""
         url = f"http://127.0.0.1:{self.monitoring_port}/metrics"
 
         def scrape() -> str:
             with urllib.request.urlopen(url, timeout=10) as answer:
                 return str(answer.read().decode())
 
-        return convergence_buckets(await asyncio.to_thread(scrape))
+        return await asyncio.to_thread(scrape)
 
     def _phase(self, name: str) -> None:
         """A progress line on stderr as each step begins, with the servers' pids (to attach a profiler from outside
@@ -421,7 +461,8 @@ class Run:
         await self.fleet.track(names)
         scenario = f"churn {p.churn_rate:g} pod changes/s to {p.clients}"
         plane_cpu, api_cpu, fleet_cpu = self.plane.cpu_seconds(), self.api.cpu_seconds(), self.fleet.cpu_seconds()
-        converged = await self._convergence()
+        page = await self._metrics()
+        converged, totals = convergence_buckets(page), series_totals(page)
         began = time.monotonic()
         run = await paced(self.endpoint, requests, rate=p.churn_rate, connections=4)
         fleet = self.fleet
@@ -454,10 +495,34 @@ class Run:
         self.add(scenario, "delivery max", max(latencies, default=float("nan")) * 1000, "ms")
         by_kind = ", ".join(f"{kind} {n}" for kind, n in missing.items())
         self.add(scenario, "deliveries missing", sum(missing.values()), "", f"of {expected:,} {by_kind}")
-        pushes = convergence_shares(converged, await self._convergence())
+        wanted_arrivals = [[t for c, t in enumerate(arrivals[name]) if wanted[k][c]] for k, name in enumerate(names)]
+        spread = fan_out([run.times[name][0] for name in names], wanted_arrivals)
+        note = "API request sent to the first client's read"
+        self.add(scenario, "first client p50", percentile(spread.first, 50) * 1000, "ms", note)
+        self.add(scenario, "first client p99", percentile(spread.first, 99) * 1000, "ms")
+        note = "per change, from the first client's read to the last one's"
+        self.add(scenario, "fan-out p50", percentile(spread.spread, 50) * 1000, "ms", note)
+        self.add(scenario, "fan-out p99", percentile(spread.spread, 99) * 1000, "ms")
+        page = await self._metrics()
+        pushes = convergence_shares(converged, convergence_buckets(page))
         for bound, share in pushes.items():
             note = "of the pushes: first change seen by the control plane to its last write to that client"
             self.add(scenario, f"control plane convergence <= {bound:g} s", share * 100, "%", note)
+        after = series_totals(page)
+
+        def delta(key: str) -> float:
+            return after.get(key, 0.0) - totals.get(key, 0.0)
+
+        translations = delta("pilot_pushcontext_init_seconds_count")
+        if translations > 0:
+            mean = delta("pilot_pushcontext_init_seconds_sum") / translations * 1000
+            self.add(scenario, "translations", translations, "", f"{translations / wall:.1f}/s, mean {mean:.0f} ms")
+            mean = delta("pilot_debounce_time_sum") / max(delta("pilot_debounce_time_count"), 1) * 1000
+            self.add(scenario, "debounce mean", mean, "ms", "first change seen to the end of its hand-over")
+        writes = delta("pilot_xds_send_time_count")
+        if writes > 0:
+            mean = delta("pilot_xds_send_time_sum") / writes * 1000
+            self.add(scenario, "writes to clients", writes, "", f"{writes / wall:.0f}/s, mean {mean:.2f} ms each")
         self.add(scenario, "control plane CPU", (self.plane.cpu_seconds() - plane_cpu) / wall * 100, "%", "of one core")
         self.add(scenario, "control plane RSS peak", sampler.peaks["controlplane"] / MIB, "MiB")
         self.add(scenario, "API server CPU", (self.api.cpu_seconds() - api_cpu) / wall * 100, "%", "of one core")

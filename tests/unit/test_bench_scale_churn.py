@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from bench.scale.cluster import ClusterShape, Request, churn, churn_pods, creates, demanded_pods, slice_name
-from bench.scale.run import convergence_buckets, convergence_shares
+from bench.scale.run import convergence_buckets, convergence_shares, fan_out, series_totals
 
 SHAPE = ClusterShape(namespaces=2, services=4, pods=16, policies=0, nodes=2)
 
@@ -77,3 +78,34 @@ def test_the_control_planes_convergence_is_read_from_its_metrics_page() -> None:
     assert convergence_buckets(page) == {0.1: 5.0, 0.5: 10.0, 1.0: 12.0, float("inf"): 20.0}
     assert convergence_shares(before, convergence_buckets(page)) == {0.5: 0.5, 1.0: 0.625}
     assert convergence_shares(before, before) == {}  # no push between the scrapes
+
+
+def test_the_churn_s_translations_debounce_and_writes_are_totalled_from_the_metrics_page() -> None:
+    page = "\n".join(
+        [
+            "# TYPE pilot_pushcontext_init_seconds histogram",
+            'pilot_pushcontext_init_seconds_bucket{le="0.1"} 3',
+            "pilot_pushcontext_init_seconds_sum 0.75",
+            "pilot_pushcontext_init_seconds_count 4",
+            "pilot_debounce_time_sum 2.5",
+            "pilot_debounce_time_count 4",
+            'pilot_xds_pushes{type="wds"} 7',
+            'pilot_xds_pushes{type="authz"} 3',
+            'pilot_xds_push_time_sum{type="wds"} 9',
+            "pilot_proxy_convergence_time_sum 9.5",
+        ]
+    )
+    assert series_totals(page) == {
+        "pilot_pushcontext_init_seconds_sum": 0.75,
+        "pilot_pushcontext_init_seconds_count": 4.0,
+        "pilot_debounce_time_sum": 2.5,
+        "pilot_debounce_time_count": 4.0,
+        "pilot_xds_pushes": 10.0,
+    }
+    assert series_totals("pilot_xds_pushes_total 2") == {"pilot_xds_pushes": 2.0}
+
+
+def test_a_change_s_latency_splits_into_its_first_client_and_the_fan_out() -> None:
+    spread = fan_out([10.0, 20.0, 30.0], [[10.5, 11.0, None], [None, None, None], [30.2, 30.1, 30.9]])
+    assert spread.first == pytest.approx([0.5, 0.1])  # a change nobody read is left out
+    assert spread.spread == pytest.approx([0.5, 0.8])
