@@ -9,7 +9,7 @@ from typing import Any, cast
 
 from ambit.controlplane.status import PolicyStatusWriter, StatusWriter, plan_conditions, rfc3339
 from ambit.controlplane.translate import PolicyStatus
-from ambit.k8s import KubeClient, kinds
+from ambit.k8s import KubeClient, KubeClientError, kinds
 
 ACCEPTED = PolicyStatus("ns", "p", 2, True, "Accepted", "attached to ztunnel")
 T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:01:00Z"
@@ -167,3 +167,70 @@ async def test_a_pass_plans_only_objects_that_changed_since_their_last_empty_pla
     assert await one_pass() == ["ns/b", "ns/c"] and writer.writes == 5  # b's new version; c's condition put back
     assert objects["c"]["status"]["conditions"][0]["reason"] == "Accepted"
     assert await one_pass() == ["ns/c"] and await one_pass() == []
+
+
+async def test_a_pass_is_skipped_whole_while_neither_the_cache_nor_the_wanted_statuses_changed() -> None:
+    """Rule 11: after a pass that found everything settled, a pass with the same generation (the cache's last
+    resourceVersion) and the same wanted statuses does not even walk the objects; a new generation, a different
+    wanted status, or a failed write makes the next pass walk them again. A resubmission of equal statuses does
+    not."""
+    walks: list[int] = []
+    generation = ["10"]
+    fail = [False]
+    objects: dict[str, dict[str, Any]] = {
+        name: {"metadata": {"name": name, "namespace": "ns", "resourceVersion": "1", "generation": 1}}
+        for name in ("a", "b")
+    }
+
+    class Client:
+        async def patch_status(self, kind: object, name: str, body: dict[str, Any], namespace: str) -> dict[str, Any]:
+            if fail[0]:
+                raise KubeClientError("the API server is away")
+            version = str(int(body["metadata"]["resourceVersion"]) + 1)
+            objects[name] = {**objects[name], "status": body["status"]}
+            objects[name]["metadata"] = {**objects[name]["metadata"], "resourceVersion": version}
+            generation[0] = str(int(generation[0]) + 1)  # the informer sees our write
+            return objects[name]
+
+    def listed() -> list[dict[str, Any]]:
+        walks.append(1)
+        return list(objects.values())
+
+    writer = PolicyStatusWriter(cast(KubeClient, Client()), listed, clock=time.time, generation=lambda: generation[0])
+    wanted = {n: PolicyStatus("ns", n, 1, True, "Accepted", "attached to ztunnel") for n in objects}
+
+    async def walked() -> bool:
+        walks.clear()
+        ok = await writer.write_once()
+        assert ok != fail[0]
+        return bool(walks)
+
+    writer.submit(wanted.values())
+    assert await walked() and writer.writes == 2  # both written
+    assert await walked()  # the cache moved (our own writes): walked, nothing to write
+    assert not await walked() and not await walked()  # settled, nothing changed: no walk
+    writer.submit(list(wanted.values()))  # the next translation, the same statuses
+    assert not await walked()
+    generation[0] = "99"  # someone else's write of some object (or a new object)
+    assert await walked() and not await walked()
+    wanted["b"] = PolicyStatus("ns", "b", 1, False, "Invalid", "bad rule")
+    fail[0] = True
+    writer.submit(wanted.values())
+    assert await walked() and await walked()  # the write failed: every pass walks until it goes through
+    fail[0] = False
+    assert await walked() and writer.writes == 3 and objects["b"]["status"]["conditions"][0]["status"] == "False"
+    assert await walked() and not await walked()
+
+
+async def test_a_writer_without_a_generation_walks_on_every_pass() -> None:
+    walks: list[int] = []
+
+    def listed() -> list[dict[str, Any]]:
+        walks.append(1)
+        return []
+
+    writer = PolicyStatusWriter(cast(KubeClient, object()), listed, clock=time.time)
+    writer.submit([])
+    for _ in range(3):
+        assert await writer.write_once()
+    assert len(walks) == 3

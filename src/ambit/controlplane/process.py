@@ -256,12 +256,18 @@ class ControlPlane:
         self.view.add_event_handlers(self.metrics.event_handlers)
         # One pod cache: the node authorization's index is fed by the view's informer (issue 22: 50,000 pods twice).
         self.pods = InformerPodIndex(client, informer=self.view.informer(kinds.PODS))
-        self.status = PolicyStatusWriter(client, self._cached("authorizationpolicies"), clock=time.time)
+        self.status = PolicyStatusWriter(
+            client,
+            self._cached("authorizationpolicies"),
+            clock=time.time,
+            generation=self._generation("authorizationpolicies"),
+        )
         self.waypoint_policy_status = PolicyStatusWriter(
             client,
             self._cached("authorizationpolicies"),
             clock=time.time,
             condition_type=WAYPOINT_ACCEPTED,
+            generation=self._generation("authorizationpolicies"),
         )
         self.service_status = PolicyStatusWriter(
             client,
@@ -269,6 +275,7 @@ class ControlPlane:
             clock=time.time,
             kind=kinds.SERVICES,
             condition_type=WAYPOINT_BOUND,
+            generation=self._generation("services"),
         )
         self.service_entry_status = PolicyStatusWriter(
             client,
@@ -277,12 +284,15 @@ class ControlPlane:
             kind=kinds.SERVICE_ENTRIES,
             condition_type=WAYPOINT_BOUND,
             more_types=(WAYPOINT_MISSING, VISIBILITY_APPLIED),
+            generation=self._generation("serviceentries"),
         )
         # Every ServiceEntry, discovered or not: an address held by an entry of an excluded namespace stays taken, so
         # that the namespace coming back brings no collision.
         self.entry_addresses = AddressStatusWriter(client, lambda: self.view.items("serviceentries"), clock=time.time)
         self.route_status = tuple(
-            RouteStatusWriter(client, self._cached(kind.plural), clock=time.time, kind=kind)
+            RouteStatusWriter(
+                client, self._cached(kind.plural), clock=time.time, kind=kind, generation=self._generation(kind.plural)
+            )
             for kind in (kinds.HTTP_ROUTES, kinds.GRPC_ROUTES, kinds.TCP_ROUTES, kinds.TLS_ROUTES)
         )
         self.backend_tls_status = AncestorStatusWriter(client, self._cached("backendtlspolicies"), clock=time.time)
@@ -363,6 +373,11 @@ class ControlPlane:
         """The cached objects of ``plural`` the last translation saw: a status writer neither writes nor removes
         conditions in a namespace the ``discoverySelectors`` exclude (istiod does not see them)."""
         return lambda: [obj for obj in self.view.items(plural) if self._discovery.admits(obj)]
+
+    def _generation(self, plural: str) -> Callable[[], object]:
+        """What :meth:`_cached` of ``plural`` returns depends on (status rule 11): the informer's last
+        resourceVersion and the discovery filter."""
+        return lambda: (self.view.generation(plural), self._discovery)
 
     def _discovered(self, namespace: str) -> bool:
         """Whether the last translation saw ``namespace`` (``discoverySelectors``); every one before the first."""

@@ -41,6 +41,12 @@ Rules:
     it again gives the same nothing (the clock only matters to what is written). Every configuration change wakes
     the writers, and re-planning 10,000 Services' ``WaypointBound`` per pod change was ~9% of the control plane's
     CPU under churn (issue 22).
+11. A writer given a ``generation`` (what its objects' cache and filter are now, compared with ``==``: the
+    informer's last resourceVersion and the discovery filter) skips a whole pass when that generation and its
+    wanted statuses (a revision that :meth:`StatusWriter._want` bumps only when they differ, ``==``) are those of
+    the start of its last pass that wrote nothing, failed nothing and waited on no write of its own to reach the
+    cache: that pass found every object settled, and nothing it read has changed since. Rule 10 skips the plans;
+    this skips the walk over 10,000 Services on each pod change (~10% of the control plane's CPU under churn).
 """
 
 from __future__ import annotations
@@ -262,8 +268,14 @@ class StatusWriter:
         retry: float = 2.0,
         kind: kinds.ResourceKind,
         name: str,
+        generation: Callable[[], object] | None = None,
     ) -> None:
         self._client = client
+        self._generation = generation
+        self._revision = 0
+        """Bumped by :meth:`_want` when the wanted statuses changed (rule 11)."""
+        self._quiet: tuple[object, int] | None = None
+        """(generation, revision) at the start of the last pass that found everything settled (rule 11)."""
         self._kind = kind
         self._name = name
         self._objects = objects
@@ -289,6 +301,13 @@ class StatusWriter:
     def _wake(self) -> None:
         self._dirty.set()
 
+    def _revise(self, changed: bool) -> None:
+        """New wanted statuses were submitted: wake the writer; ``changed`` (they differ from the previous ones)
+        moves the revision (rule 11)."""
+        if changed:
+            self._revision += 1
+        self._wake()
+
     def start(self) -> None:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run(), name=self._name)
@@ -309,7 +328,10 @@ class StatusWriter:
 
     async def write_once(self) -> bool:
         """Plan and write every object once; False when some write failed (to be retried)."""
-        ok = True
+        start = None if self._generation is None else (self._generation(), self._revision)
+        if start is not None and start == self._quiet:
+            return True  # rule 11: nothing this writer reads changed since a pass found everything settled
+        ok, settled = True, True
         now = rfc3339(self._clock())
         seen: set[str] = set()
         for obj in list(self._objects()):
@@ -332,8 +354,11 @@ class StatusWriter:
             if patch is None:
                 if memo:
                     self._settled[key] = (version, wanted)
+                else:
+                    settled = False  # planned from what the cache has not caught up with, or on every pass
                 continue
             self._settled.pop(key, None)
+            settled = False
             try:
                 patched = await self._client.patch_status(
                     self._kind,
@@ -353,6 +378,7 @@ class StatusWriter:
         self._written = {k: v for k, v in self._written.items() if k in seen}
         if len(self._settled) > len(seen):
             self._settled = {k: v for k, v in self._settled.items() if k in seen}
+        self._quiet = start if ok and settled else None
         return ok
 
     async def aclose(self) -> None:
@@ -377,6 +403,7 @@ class PolicyStatusWriter(StatusWriter):
         kind: kinds.ResourceKind = kinds.AUTHORIZATION_POLICIES,
         condition_type: str = ZTUNNEL_ACCEPTED,
         more_types: tuple[str, ...] = (),
+        generation: Callable[[], object] | None = None,
     ) -> None:
         super().__init__(
             client,
@@ -385,14 +412,16 @@ class PolicyStatusWriter(StatusWriter):
             retry=retry,
             kind=kind,
             name=f"{kind.kind} {condition_type} status writer",
+            generation=generation,
         )
         self._condition_types = (condition_type, *more_types)
         self._wanted: dict[tuple[str, str], PolicyStatus] = {}
 
     def submit(self, statuses: Iterable[PolicyStatus]) -> None:
         """Make ``statuses`` the wanted ones (the latest translation's) and wake the writer."""
-        self._wanted = {(s.key, s.type): s for s in statuses if s.type in self._condition_types}
-        self._wake()
+        wanted = {(s.key, s.type): s for s in statuses if s.type in self._condition_types}
+        changed, self._wanted = wanted != self._wanted, wanted
+        self._revise(changed)
 
     def _wanted_of(self, key: str) -> object:
         return tuple(self._wanted.get((key, condition_type)) for condition_type in self._condition_types)
@@ -420,14 +449,24 @@ class RouteStatusWriter(StatusWriter):
         clock: Callable[[], float],
         kind: kinds.ResourceKind,
         retry: float = 2.0,
+        generation: Callable[[], object] | None = None,
     ) -> None:
-        super().__init__(client, objects, clock=clock, retry=retry, kind=kind, name=f"{kind.kind} status writer")
+        super().__init__(
+            client,
+            objects,
+            clock=clock,
+            retry=retry,
+            kind=kind,
+            name=f"{kind.kind} status writer",
+            generation=generation,
+        )
         self._wanted: dict[str, RouteStatus] = {}
 
     def submit(self, statuses: Iterable[RouteStatus]) -> None:
         """Make ``statuses`` (this writer's kind) the wanted ones and wake the writer."""
-        self._wanted = {s.key: s for s in statuses if s.kind == self._kind.kind}
-        self._wake()
+        wanted = {s.key: s for s in statuses if s.kind == self._kind.kind}
+        changed, self._wanted = wanted != self._wanted, wanted
+        self._revise(changed)
 
     def _wanted_of(self, key: str) -> object:
         return self._wanted.get(key)

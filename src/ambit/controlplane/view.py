@@ -348,6 +348,11 @@ class ClusterView:
         """The informer on ``kind``, to share its cache (add handlers before :meth:`start`)."""
         return self._informers[cache_name(kind)]
 
+    def generation(self, plural: str) -> str:
+        """A value that changes whenever the cached objects of ``plural`` may have: its informer's last
+        resourceVersion (listed or watched; "" for a kind the cluster does not serve)."""
+        return "" if plural in self.absent else self._informers[plural].resource_version
+
     def items(self, plural: str) -> list[dict[str, Any]]:
         """The cached objects of one kind (empty for a kind the cluster does not serve)."""
         return [] if plural in self.absent else self._informers[plural].items()
