@@ -6,8 +6,9 @@ up), starts every client, then answers one JSON command per stdin line with one 
 :func:`_answer`).
 
 Each client is what :class:`ambit.xds.client.XdsClient` is on the wire, without building a workload table: its own
-gRPC channel (a local subchannel pool, so one TCP + TLS connection per client as separate nodes would have), the
-node proxy's keepalive options, ``authorization: Bearer`` and ``clusterid`` metadata, and the node proxy's own
+:class:`~ambit.xds.grpc_channel.GrpcChannel` (the node proxy's own gRPC client on our HTTP/2 engine, not grpcio;
+one TCP + TLS connection per client as separate nodes would have), the node proxy's keepalive,
+``authorization: Bearer`` and ``clusterid`` metadata, and the node proxy's own
 :class:`~ambit.xds.client_session.ClientSession` (wildcard Address and Authorization, ``initial_resource_versions``
 on reconnect, ACK per response) with a decoder that keeps nothing but the name. On a broken stream it reconnects
 with the node proxy's :class:`~ambit.xds.client.Backoff` (jittered, doubling). Wildcard clients keep what they hold
@@ -36,13 +37,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import grpc  # type: ignore[import-untyped]
 from google.protobuf import any_pb2
 
 from ambit.api import discovery_pb2 as dpb
 from ambit.xds.client import MAX_RESPONSE_BYTES, Backoff, client_node
 from ambit.xds.client_session import ClientSession
 from ambit.xds.convert import ADDRESS_TYPE_URL
+from ambit.xds.errors import GrpcCallError
+from ambit.xds.grpc_channel import ChannelSettings, GrpcChannel
 from ambit.xds.keepalive import DEFAULT_KEEPALIVE
 from ambit.xds.server import METHOD, SERVICE_NAME
 from ambit.xds.session import AUTHORIZATION_TYPE_URL
@@ -71,13 +73,6 @@ class Sync:
 def _encoded(request: dpb.DeltaDiscoveryRequest | bytes) -> bytes:
     """A request as sent: the shared session's openings come encoded already (:mod:`bench.scale.shared_held`)."""
     return request if isinstance(request, bytes) else request.SerializeToString()
-
-
-def _pushback(exc: grpc.aio.AioRpcError) -> float | None:
-    """The refusal's ``grpc-retry-pushback-ms`` as seconds (:mod:`ambit.xds.admission`), or None."""
-    trailers = exc.trailing_metadata() or ()
-    value = next((str(v) for k, v in trailers if k == "grpc-retry-pushback-ms"), "")
-    return min(int(value) / 1000, 600.0) if value.isdigit() and len(value) <= 10 else None
 
 
 @dataclass
@@ -117,10 +112,9 @@ class SimulatedNodeProxy:
                 got = await self._stream(target, root, server_name, max_message)
             except asyncio.CancelledError:
                 raise
-            except grpc.aio.AioRpcError as exc:
+            except GrpcCallError as exc:  # the refusal's grpc-retry-pushback-ms is read by the channel
                 got = bool(self.syncs and self.syncs[-1].synced)
-                self.last_error = f"{exc.code().name}: {exc.details()}"
-                pushback = _pushback(exc)
+                self.last_error, pushback = str(exc), exc.pushback
             except Exception as exc:  # a broken stream in any other way: reconnect, as the node proxy does
                 got, self.last_error, pushback = False, f"{type(exc).__name__}: {exc}", None
             attempt = 0 if got else attempt + 1
@@ -128,34 +122,32 @@ class SimulatedNodeProxy:
             await asyncio.sleep(pushback if pushback is not None else backoff.delay(attempt, random.random()))
 
     async def _stream(self, target: str, root: bytes, server_name: str, max_message: int) -> bool:
-        options: list[tuple[str, Any]] = list(DEFAULT_KEEPALIVE.client_options())
-        options += [
-            ("grpc.ssl_target_name_override", server_name),
-            ("grpc.use_local_subchannel_pool", 1),
-            ("grpc.max_receive_message_length", max_message),
-        ]
-        credentials = grpc.ssl_channel_credentials(root_certificates=root)
+        settings = ChannelSettings(
+            target,
+            root,
+            server_name=server_name,
+            keepalive=DEFAULT_KEEPALIVE,
+            max_receive_message=max_message,
+            connect_timeout=CONNECT_TIMEOUT,
+        )
         metadata = (("clusterid", "Kubernetes"), ("authorization", f"Bearer {self.token}"))
         sync = Sync(time.monotonic())
         self.syncs.append(sync)
         seen: set[str] = set()
-        async with grpc.aio.secure_channel(target, credentials, options) as channel:
-            # Connected before the opening is handed to gRPC: a control plane that is down (restarting) costs a
-            # refused connection, not an opening encoded and buffered per attempt (as the node proxy's own client).
-            await asyncio.wait_for(channel.channel_ready(), CONNECT_TIMEOUT)
-            call = channel.stream_stream(
-                PATH,
-                request_serializer=_encoded,
-                response_deserializer=dpb.DeltaDiscoveryResponse.FromString,
-            )(metadata=metadata)
+        async with GrpcChannel(settings) as channel:
+            # The stream's call dials first (TCP, TLS, the server's SETTINGS): a control plane that is down
+            # (restarting) costs a refused connection, not an opening encoded and buffered per attempt.
+            call = await channel.stream(PATH, metadata=metadata)
             for request in self.session.initial_requests():
-                await call.write(request)
+                await call.write(_encoded(request))
             while True:
-                response = await call.read()
+                message = await call.read()
                 arrived = time.monotonic()
-                if response is grpc.aio.EOF:
+                if message is None:
                     self.last_error = "stream closed by the server"
                     return bool(sync.synced)
+                response = dpb.DeltaDiscoveryResponse.FromString(message)
+                message = None
                 update = self.session.apply(response)
                 response = None  # not kept while waiting for the next one (an 18 MiB answer, parsed)
                 self.responses += 1
@@ -175,9 +167,9 @@ class SimulatedNodeProxy:
                         if name in self.tracked and name not in self.arrivals:
                             self.arrivals[name] = arrived
                 reply, update = update.reply, None
-                await call.write(reply)
+                await call.write(_encoded(reply))
                 if lookup is not None:
-                    await call.write(lookup)
+                    await call.write(_encoded(lookup))
 
 
 def _answer(command: dict[str, Any], proxies: list[SimulatedNodeProxy], tracked: set[str]) -> dict[str, Any]:
