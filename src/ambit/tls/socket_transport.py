@@ -11,9 +11,12 @@ transport with its record loops in C.
 
 Invariants:
 
-- OpenSSL reads ahead (:func:`ambit.tls.contexts.read_ahead`, ``READ_AHEAD_BUFFER``): one ``read`` system call
-  brings as many records as the socket holds, instead of two per record (its header, then its body). Where that
-  cannot be turned on, it reads each record by itself and holds nothing beyond the record being returned.
+- OpenSSL reads ahead (``READ_AHEAD_BUFFER``): one ``read`` system call brings as many records as the socket holds,
+  instead of two per record (its header, then its body). A context made for this transport (``read_ahead=
+  READ_AHEAD_BUFFER``, :func:`ambit.tls.contexts.read_ahead_context`) has it on for all its connections; on any
+  other, :func:`open_tls` turns it on per connection (:func:`ambit.tls.contexts.read_ahead`). Where that cannot be
+  done, OpenSSL reads each record by itself and holds nothing beyond the record being returned; where it reads
+  ahead but what it holds cannot be asked (``SSL_has_pending``), a read callback reads until ``WANT_READ``.
 - One read callback reads records until OpenSSL says ``WANT_READ``, or until a record shorter than a full one (the
   end of the peer's write, most likely) when OpenSSL holds nothing more (``SSL_has_pending``; without read-ahead it
   never does): so a request is read with no extra system call just to hear ``EAGAIN``, and bytes OpenSSL already
@@ -44,7 +47,7 @@ from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
 from ambit import native
-from ambit.tls.contexts import read_ahead
+from ambit.tls.contexts import pending_probe, read_ahead, reads_ahead
 from ambit.tls.write_backlog import WriteBacklog
 
 log = logging.getLogger(__name__)
@@ -56,8 +59,9 @@ TLS_TRANSPORTS: tuple[TlsTransportKind, ...] = ("loop", "socket")
 READ_SIZE = 256 * 1024
 """Plaintext bytes asked of OpenSSL per read, and the most one read callback hands the protocol."""
 READ_AHEAD_BUFFER = 64 * 1024
-"""OpenSSL's read buffer with its read-ahead on (:func:`ambit.tls.contexts.read_ahead`): up to this much ciphertext
-per ``read`` system call instead of two calls per record (header, then body); 0: read-ahead off."""
+"""OpenSSL's read buffer with its read-ahead on (a context's ``read_ahead`` for this transport, else per connection
+by :func:`ambit.tls.contexts.read_ahead`): up to this much ciphertext per ``read`` system call instead of two calls
+per record (header, then body); 0: read-ahead off."""
 _FULL_RECORD = 16384
 """The most plaintext one TLS record carries: a record this full is most likely followed by more of one write."""
 SHUTDOWN_TIMEOUT = 30.0
@@ -77,15 +81,19 @@ async def open_tls(
     """Run the TLS handshake on the connected ``sock`` (ours from now on: closed on failure) within
     ``handshake_timeout`` seconds of the call, then connect a protocol from ``protocol_factory`` to it.
 
-    Raises what the handshake raised (``ssl.SSLError``, ``OSError``) or ``TimeoutError``. A client sends no SNI."""
+    Raises what the handshake raised (``ssl.SSLError``, ``OSError``) or ``TimeoutError``. A client sends no SNI.
+    A ``context`` made with ``read_ahead=READ_AHEAD_BUFFER`` spares each connection the turning on of read-ahead."""
     loop = asyncio.get_running_loop()
+    has_pending: Callable[[], int] | None = None
     try:
         sock.setblocking(False)
         # A peer that closes without close_notify (mid-record, say) has failed, not ended: an error, never an EOF.
         tls = context.wrap_socket(
             sock, server_side=server_side, do_handshake_on_connect=False, suppress_ragged_eofs=False
         )
-        has_pending = read_ahead(tls, READ_AHEAD_BUFFER) if READ_AHEAD_BUFFER else None
+        context_reads_ahead = reads_ahead(context)
+        if READ_AHEAD_BUFFER and not context_reads_ahead:
+            has_pending = read_ahead(tls, READ_AHEAD_BUFFER)
     except BaseException:
         sock.close()
         raise
@@ -109,7 +117,15 @@ async def open_tls(
         from ambit.tls.native_transport import NativeTlsSocketTransport  # it subclasses ours
 
         return NativeTlsSocketTransport(loop, tls, protocol, tls_records, records, reading=reading), protocol
+    if context_reads_ahead:
+        # OpenSSL reads ahead on this connection: what it holds must be asked, or else assumed (read to WANT_READ).
+        has_pending = pending_probe(tls) or _assume_pending
     return TlsSocketTransport(loop, tls, protocol, has_pending, reading=reading), protocol
+
+
+def _assume_pending() -> int:
+    """For a connection reading ahead whose ``SSL_has_pending`` cannot be asked: OpenSSL may hold more."""
+    return 1
 
 
 async def _handshake(loop: asyncio.AbstractEventLoop, tls: ssl.SSLSocket) -> bool:
