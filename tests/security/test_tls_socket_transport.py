@@ -36,6 +36,7 @@ from tests.security.tls_peers import (
 from ambit.identity.localca import LocalCa
 from ambit.tls import contexts, socket_transport
 from ambit.tls.socket_transport import READ_AHEAD_BUFFER, TlsTransportKind, open_tls
+from ambit.tls.spiffe import check_peer
 
 # Every test on both record paths (Python and C), and no traceback for a peer's failure.
 pytestmark = pytest.mark.usefixtures("records_path", "no_peer_traceback")
@@ -348,3 +349,38 @@ async def test_a_rotated_certificate_or_trust_bundle_takes_effect_on_the_transpo
     del rotated, client_transport, server_transport, client, server
     gc.collect()
     assert len(contexts._READS_AHEAD) < entries
+
+
+async def test_the_peer_certificate_is_decoded_on_demand_and_equals_the_eager_one(certs: Certs) -> None:
+    """``peercert`` is not decoded per connection; asked for, on either end, before or after the close, it is what
+    the ``SSLSocket`` decodes (and what the loop's transport gives, eagerly), naming the identity the DER names."""
+    client, server = Sink(), Sink()
+    client_transport, server_transport = await socket_pair(certs, client, server)
+    try:
+        ends = [(client_transport, certs.server.identity), (server_transport, certs.client.identity)]
+        eager = []
+        for transport, identity in ends:
+            assert "peercert" not in transport._info, "decoded per connection"
+            tls = transport.get_extra_info("ssl_object")
+            eager.append(tls.getpeercert())
+            assert transport.get_extra_info("peercert") == eager[-1]
+            assert check_peer(tls.getpeercert(binary_form=True), trust_domain=TD, expected=None) == identity
+            assert dict(eager[-1]["subjectAltName"])["URI"] == str(identity)
+    finally:
+        client_transport.abort()
+        server_transport.abort()
+    for transport, _ in ends:  # asked first after the close
+        transport._info.pop("peercert")
+        assert transport.get_extra_info("peercert") == eager.pop(0)
+    loop_client, loop_server = Sink(), Sink()
+    client_sock, server_sock = await tcp_pair()
+    loop_ends = await asyncio.gather(
+        tls_end("loop", client_sock, certs.client.client_context(), loop_client, server_side=False),
+        tls_end("loop", server_sock, certs.server.server_context(), loop_server, server_side=True),
+    )
+    try:
+        for (transport, _), loop_transport in zip(ends, loop_ends, strict=True):
+            assert transport.get_extra_info("peercert") == loop_transport.get_extra_info("peercert")
+    finally:
+        for loop_transport in loop_ends:
+            loop_transport.abort()

@@ -196,17 +196,18 @@ class TlsSocketTransport(asyncio.Transport):
             extra["peername"], extra["sockname"] = tls.getpeername(), tls.getsockname()
         except OSError:
             extra["peername"] = extra["sockname"] = None
-        extra["peercert"] = tls.getpeercert()
-        extra["cipher"] = tls.cipher()
+        extra["cipher"] = tls.cipher()  # "peercert": decoded on demand (get_extra_info)
         super().__init__(extra)
+        self._info = extra  # asyncio's _extra, which get_extra_info completes
         self._loop = loop
         self._tls = tls
+        self._sslobj = tls._sslobj  # type: ignore[attr-defined]  # the _ssl object: kept past close, as the SSL *
         self._fd = tls.fileno()
         self._protocol = protocol
         # The C methods of the ``_ssl`` object itself: ``SSLSocket.recv`` and ``send`` only add Python frames (their
         # one difference, ``suppress_ragged_eofs``, is off here).
-        self._read: Callable[[int], bytes] = tls._sslobj.read  # type: ignore[attr-defined]
-        self._write: Callable[[bytes | bytearray | memoryview], int] = tls._sslobj.write  # type: ignore[attr-defined]
+        self._read: Callable[[int], bytes] = self._sslobj.read
+        self._write: Callable[[bytes | bytearray | memoryview], int] = self._sslobj.write
         self._has_pending = has_pending  # with OpenSSL's read-ahead on: whether it holds bytes we have not read
         self._backlog = WriteBacklog()
         self._closing = False  # close() or abort() was called, or the connection failed
@@ -227,6 +228,14 @@ class TlsSocketTransport(asyncio.Transport):
             loop.call_soon(self._read_ready)  # the handshake's last read may have brought more than it needed
 
     # asyncio.BaseTransport
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        """asyncio's extra information; ``peercert`` (the peer's certificate as a dict) is decoded on first demand,
+        not per connection: the identity checks read the DER (``ssl_object.getpeercert(binary_form=True)``). It is
+        there after the close too, as on the loop's transport (the ``_ssl`` object and its ``SSL *`` live on)."""
+        if name == "peercert" and name not in self._info:
+            self._info[name] = self._sslobj.getpeercert()
+        return super().get_extra_info(name, default)
 
     def is_closing(self) -> bool:
         return self._closing
