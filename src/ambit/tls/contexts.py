@@ -430,4 +430,14 @@ def _ssl_handle(tls: ssl.SSLSocket, ctx_handle: int) -> int | None:
 
 def libssl_verify_mode(context: ssl.SSLContext) -> int:
     """What libssl reports as the verify mode of ``context`` (for checks of the ``SSL_CTX *`` it wraps)."""
-    return _VERIFY_MODES.get(context.verify_mode, -1)
+    return _VERIFY_MODES.get(_RAW_VERIFY_MODE.__get__(context), -1)
+
+
+def context_options(context: ssl.SSLContext) -> int:
+    """``int(context.options)``, read without ``ssl``'s enum on the way (per connection, for the same checks)."""
+    return int(_RAW_OPTIONS.__get__(context))
+
+
+# The ``_ssl`` getters themselves: ``ssl.SSLContext``'s properties wrap their integers in enums (about 0.4 us each).
+_RAW_OPTIONS: Any = _ssl._SSLContext.options
+_RAW_VERIFY_MODE: Any = _ssl._SSLContext.verify_mode
