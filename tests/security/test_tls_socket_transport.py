@@ -384,3 +384,11 @@ async def test_the_peer_certificate_is_decoded_on_demand_and_equals_the_eager_on
     finally:
         for loop_transport in loop_ends:
             loop_transport.abort()
+
+
+async def test_a_socket_that_is_not_connected_is_refused_and_closed(certs: Certs) -> None:
+    sock = socket.socket()
+    with pytest.raises(OSError) as raised:
+        await open_tls(Sink, sock, certs.client.client_context(), server_side=False, handshake_timeout=5)
+    assert not isinstance(raised.value, ssl.SSLError)
+    assert sock.fileno() == -1

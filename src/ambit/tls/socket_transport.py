@@ -136,11 +136,15 @@ async def _handshake(loop: asyncio.AbstractEventLoop, tls: ssl.SSLSocket) -> boo
     anew pays for it (uvloop: a poll handle made and destroyed, with several ``epoll_ctl`` and ``ioctl`` calls).
     On any failure (the handshake's, a timeout, a cancellation) nothing stays registered."""
     fd = tls.fileno()
+    # The _ssl object's own method: SSLSocket.do_handshake adds a Python frame and, per call, a settimeout (an ioctl
+    # system call) to restore what it never changed here. Not connected, the socket has none: ssl's says ENOTCONN.
+    inner = tls._sslobj  # type: ignore[attr-defined]
+    do_handshake: Callable[[], None] = inner.do_handshake if inner is not None else tls.do_handshake
     waiting: Literal["read", "write"] | None = None  # what the descriptor is registered for
     try:
         while True:
             try:
-                tls.do_handshake()
+                do_handshake()
                 break
             except ssl.SSLWantReadError:
                 want: Literal["read", "write"] = "read"
