@@ -250,7 +250,8 @@ async def test_no_call_touches_the_ssl_once_closed(certs: Certs, tls_records: ob
     records, tls, client = await _records_for(certs, tls_records)
     records.close()  # type: ignore[attr-defined]
     records.close()  # type: ignore[attr-defined]  # twice is fine
-    for call in (lambda: records.read(1024), lambda: records.write(b"x"), records.flush, records.shutdown):  # type: ignore[attr-defined]
+    calls = (lambda: records.read(1024), lambda: records.write(b"x"), records.flush, records.shutdown, records.pending)  # type: ignore[attr-defined]
+    for call in calls:
         with pytest.raises(ValueError, match="closed"):
             call()
     assert records.held == 0  # type: ignore[attr-defined]
@@ -264,7 +265,8 @@ async def test_a_socket_closed_under_the_records_is_an_error_not_a_stale_descrip
     records, tls, client = await _records_for(certs, tls_records)
     tls.close()  # the descriptor may now be any other file's: the records must not use it
     try:
-        for call in (lambda: records.read(1024), lambda: records.write(b"x"), records.flush):  # type: ignore[attr-defined]
+        calls = (lambda: records.read(1024), lambda: records.write(b"x"), records.flush, records.pending)  # type: ignore[attr-defined]
+        for call in calls:
             with pytest.raises(OSError, match="closed under"):
                 call()
     finally:

@@ -392,3 +392,35 @@ async def test_a_socket_that_is_not_connected_is_refused_and_closed(certs: Certs
         await open_tls(Sink, sock, certs.client.client_context(), server_side=False, handshake_timeout=5)
     assert not isinstance(raised.value, ssl.SSLError)
     assert sock.fileno() == -1
+
+
+@pytest.mark.parametrize("read_ahead", [READ_AHEAD_BUFFER, 0], ids=["context-reads-ahead", "per-connection"])
+async def test_data_that_came_with_the_handshakes_last_flight_is_delivered_without_more_input(
+    certs: Certs, read_ahead: int
+) -> None:
+    """The client's Finished and its first record arrive in one segment: reading ahead, the server's last handshake
+    step takes both, so the transport must read what OpenSSL holds at once (the poller has nothing to report);
+    when OpenSSL holds nothing, it waits for the poller."""
+    loop = asyncio.get_running_loop()
+    client, server = await tcp_pair()
+    protocol = Sink()
+    serving = loop.create_task(served(certs, server, protocol, read_ahead=read_ahead))
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = certs.client.client_context().wrap_bio(incoming, outgoing)
+    try:
+        while True:
+            try:
+                tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                if out := outgoing.read():
+                    await loop.sock_sendall(client, out)
+                incoming.write(await loop.sock_recv(client, 65536))
+        tls.write(b"early")
+        await loop.sock_sendall(client, outgoing.read())  # Finished and the record, in one segment
+        async with asyncio.timeout(5):
+            await serving
+            await protocol.reached(len(b"early"))
+        assert bytes(protocol.received) == b"early"
+    finally:
+        client.close()

@@ -84,6 +84,9 @@ class NativeTlsSocketTransport(TlsSocketTransport):
         self._feed: Callable[[bytes], int] | None = None  # see set_data_path
         super().__init__(loop, tls, protocol, None, reading=reading)  # connects the protocol, which may write at once
 
+    def _holds_input(self) -> bool:
+        return self._records.pending()
+
     def set_data_path(self, feed: Callable[[bytes], int] | None) -> None:
         """Give each read's plaintext to ``feed`` first (a ``DataPath.feed`` of ``ambit.native._hbone_data``): it
         takes the DATA frames of attached streams at the start and says how many octets it took; the protocol's

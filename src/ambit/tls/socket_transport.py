@@ -229,7 +229,13 @@ class TlsSocketTransport(asyncio.Transport):
         protocol.connection_made(self)
         if not self._closing:
             self._update_reader()
-            loop.call_soon(self._read_ready)  # the handshake's last read may have brought more than it needed
+            if self._holds_input():  # the handshake's last read brought more than it needed
+                loop.call_soon(self._read_ready)
+
+    def _holds_input(self) -> bool:
+        """Whether OpenSSL holds input not returned yet, which the poller cannot report (read-ahead took it in).
+        Without read-ahead it never does: it reads a record at a time, and the handshake reads no data record."""
+        return self._has_pending is not None and bool(self._has_pending())
 
     # asyncio.BaseTransport
 
