@@ -99,8 +99,7 @@ async def open_tls(
         raise
     reading = False  # the handshake left the descriptor registered for reading
     try:
-        async with asyncio.timeout(handshake_timeout):
-            reading = await _handshake(loop, tls)
+        reading = await _handshake(loop, tls, loop.time() + handshake_timeout)
         protocol = protocol_factory()
         tls_records = native.selection().tls_records
         records = None
@@ -128,19 +127,23 @@ def _assume_pending() -> int:
     return 1
 
 
-async def _handshake(loop: asyncio.AbstractEventLoop, tls: ssl.SSLSocket) -> bool:
-    """Run the handshake on ``tls``; True when it ends with the descriptor still registered for reading.
+async def _handshake(loop: asyncio.AbstractEventLoop, tls: ssl.SSLSocket, deadline: float) -> bool:
+    """Run the handshake on ``tls`` until ``deadline`` (the loop's clock; ``TimeoutError`` then); True when it ends
+    with the descriptor still registered for reading.
 
     One registration serves every step that waits the same way (only its callback changes, which costs the loop no
     system call), and the transport takes over a reading one in turn: an event loop that registers a descriptor
     anew pays for it (uvloop: a poll handle made and destroyed, with several ``epoll_ctl`` and ``ioctl`` calls).
-    On any failure (the handshake's, a timeout, a cancellation) nothing stays registered."""
+    The deadline is one timer for all the steps, which wakes the step waiting when it passes (not
+    ``asyncio.timeout``, whose task bookkeeping costs more Python than the handshake's own steps). On any failure
+    (the handshake's, the deadline, a cancellation) nothing stays registered and the timer is gone."""
     fd = tls.fileno()
     # The _ssl object's own method: SSLSocket.do_handshake adds a Python frame and, per call, a settimeout (an ioctl
     # system call) to restore what it never changed here. Not connected, the socket has none: ssl's says ENOTCONN.
     inner = tls._sslobj  # type: ignore[attr-defined]
     do_handshake: Callable[[], None] = inner.do_handshake if inner is not None else tls.do_handshake
     waiting: Literal["read", "write"] | None = None  # what the descriptor is registered for
+    timer: _Deadline | None = None
     try:
         while True:
             try:
@@ -153,20 +156,43 @@ async def _handshake(loop: asyncio.AbstractEventLoop, tls: ssl.SSLSocket) -> boo
             if waiting is not None and waiting != want:
                 _unregister(loop, fd, waiting)
                 waiting = None
-            ready = loop.create_future()
+            if timer is None:
+                timer = _Deadline(loop, deadline)
+            ready = timer.waiter = loop.create_future()
             if want == "read":
                 loop.add_reader(fd, _set_done, ready)
             else:
                 loop.add_writer(fd, _set_done, ready)
             waiting = want
             await ready
+            if timer.expired:  # what woke this step, or it passed while the step's readiness was being delivered
+                raise TimeoutError
     except BaseException:
         if waiting is not None:
             _unregister(loop, fd, waiting)
         raise
+    finally:
+        if timer is not None:
+            timer.handle.cancel()
     if waiting == "write":
         _unregister(loop, fd, waiting)
     return waiting == "read"
+
+
+class _Deadline:
+    """The handshake's deadline: once it passed, ``expired``, and the step waiting (``waiter``) is woken."""
+
+    __slots__ = ("expired", "handle", "waiter")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, deadline: float) -> None:
+        self.waiter: asyncio.Future[None] | None = None
+        self.expired = False
+        self.handle = loop.call_at(deadline, self._expire)
+
+    def _expire(self) -> None:
+        self.expired = True
+        if self.waiter is not None:
+            _set_done(self.waiter)
 
 
 def _unregister(loop: asyncio.AbstractEventLoop, fd: int, waiting: Literal["read", "write"]) -> None:
