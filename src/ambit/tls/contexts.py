@@ -11,7 +11,8 @@ Invariants:
 
 - Private keys never touch the disk: ``load_cert_chain`` only reads files, so the PEM goes through an anonymous
   memory file (``memfd_create``), or where that is missing through a 0600 temporary file unlinked at once.
-- A context is built once per certificate (the certificate caches it) and never changed afterwards.
+- A context is built once per certificate and TLS transport (the certificate caches it) and never changed
+  afterwards: the socket transport's have OpenSSL's read-ahead on from the start (:func:`read_ahead_context`).
 - A node proxy presents its leaf and any intermediates, not the root (every peer has the mesh roots already),
   except in the fallback below.
 

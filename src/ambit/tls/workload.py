@@ -2,8 +2,9 @@
 
 Theory of operation: a CA's answer (leaf first, root last) becomes a :class:`WorkloadCertificate` through
 :meth:`WorkloadCertificate.from_chain`, which checks that the leaf names the identity it was asked for. The
-certificate builds its HBONE client and server contexts (:mod:`ambit.tls.contexts`) once, on first use, and never
-changes afterwards; :meth:`WorkloadCertificate.to_dump` is its ``/config_dump`` entry (spec §8.2).
+certificate builds its HBONE client and server contexts (:mod:`ambit.tls.contexts`; one pair per TLS transport, by
+``read_ahead``) once, on first use, and never changes afterwards; :meth:`WorkloadCertificate.to_dump` is its
+``/config_dump`` entry (spec §8.2).
 """
 
 from __future__ import annotations
