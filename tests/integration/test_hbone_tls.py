@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import hashlib
 import os
 import socket
@@ -319,4 +320,29 @@ async def test_a_draining_server_finishes_its_tunnel_while_the_pool_takes_new_on
     old_stream.write_eof()
     assert await read_all(old_stream) == b""
     await until(lambda: old.closed)
+    assert mesh.failures == []
+
+
+def _data_paths() -> int:
+    return sum(1 for o in gc.get_objects() if type(o).__name__ == "DataPath")
+
+
+async def test_a_lost_connection_drops_its_data_path_without_the_collector(mesh: Mesh) -> None:
+    """The C data path holds its session (and core): the session drops it when the connection is lost, so neither
+    waits for the cyclic collector (with the collector off here, both ends' data paths must go by themselves)."""
+    stream = await mesh.open()
+    session = stream._session
+    native_path = session.data_path is not None
+    gc.collect()
+    gc.disable()
+    try:
+        assert await echo_once(mesh, b"once") == b"once"
+        await stream.aclose()
+        await mesh.pool.aclose()  # the client closes its connection; the server's end follows
+        await until(lambda: session.transport is None and not mesh.serving)
+        assert session.data_path is None and session.send_now is None
+        if native_path:
+            await until(lambda: _data_paths() == 0)
+    finally:
+        gc.enable()
     assert mesh.failures == []

@@ -68,6 +68,10 @@ class Pki:
         assert cert.not_after < time.time() - 86400
         return cert
 
+    async def other_ca(self, identity: SpiffeId) -> WorkloadCertificate:
+        """A leaf for ``identity`` from a CA the mesh does not trust (its own root)."""
+        return await LocalCa(self.directory / "other-ca", trust_domain=TD, ttl_seconds=3600).fetch_certificate(identity)
+
     async def leaf_signed(self, identity: SpiffeId) -> WorkloadCertificate:
         """A leaf for ``identity`` signed with the key of the attacker's own genuine leaf (not a CA); the chain
         presented is that leaf followed by the attacker's, so the root is reachable only through a non-CA."""
@@ -257,6 +261,7 @@ async def test_the_hbone_server_refuses_the_client_and_relays_nothing(
     [
         pytest.param(Pki.expired, "certificate has expired", id="expired-certificate"),
         pytest.param(Pki.leaf_signed, "invalid CA certificate", id="leaf-signed-certificate"),
+        pytest.param(Pki.other_ca, "unable to get local issuer certificate", id="another-ca"),
     ],
 )
 async def test_the_hbone_client_refuses_a_server_whose_certificate_does_not_verify(
@@ -281,3 +286,41 @@ async def test_the_hbone_client_refuses_a_server_whose_certificate_does_not_veri
     client = await mesh.dial(frozenset({SERVER}))
     assert client.peer_identity == SERVER
     await client.aclose()
+
+
+async def _other_ca_client(pki: Pki) -> ssl.SSLContext:
+    """A client that trusts the mesh roots and offers h2 over TLS 1.3, presenting a certificate from another CA."""
+    cert = await pki.other_ca(CLIENT)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.minimum_version = ssl.TLSVersion.TLSv1_3
+    context.set_alpn_protocols(["h2"])
+    context.load_verify_locations(cadata=(await pki.good(CLIENT)).roots_pem.decode("ascii"))
+    chain, key = pki.directory / "other-client.pem", pki.directory / "other-client.key"
+    chain.write_bytes(b"".join(cert.chain_pem[:-1]))
+    key.write_bytes(cert.key_pem)
+    context.load_cert_chain(chain, key)
+    return context
+
+
+async def test_the_hbone_server_refuses_a_client_certificate_from_another_ca(mesh: Mesh, pki: Pki) -> None:
+    upstream = Upstream(mesh)
+    outcome = await attempt(mesh, await _other_ca_client(pki))
+    assert outcome.closed and outcome.received == b"", outcome
+    await until(lambda: bool(mesh.failures))
+    reason = "TLS handshake failed: [SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: unable to get local"
+    assert len(mesh.failures) == 1 and mesh.failures[0].startswith(reason), mesh.failures
+    await until(lambda: not mesh.serving)
+    assert upstream.connections == 0
+
+
+async def test_the_hbone_client_refuses_a_genuine_server_with_another_spiffe_id(mesh: Mesh, pki: Pki) -> None:
+    """A server with a valid mesh certificate for another identity than the one expected: refused after the
+    handshake by the identity check (``check_peer``), with nothing relayed."""
+    upstream = Upstream(mesh)
+    mesh.server_cert = await pki.good(ATTACKER)
+    with pytest.raises(HboneConnectError) as caught:
+        await mesh.dial(frozenset({SERVER}))
+    assert caught.value.flag == ResponseFlag.IDENTITY_ERROR, caught.value
+    assert str(ATTACKER) in caught.value.reason
+    assert upstream.connections == 0

@@ -32,7 +32,8 @@ from tests.security.tls_peers import (
 )
 
 from ambit import native
-from ambit.tls.contexts import libssl_verify_mode
+from ambit.tls import contexts
+from ambit.tls.contexts import context_options, libssl_verify_mode
 from ambit.tls.native_transport import NativeTlsSocketTransport
 from ambit.tls.socket_transport import TlsSocketTransport
 
@@ -249,7 +250,8 @@ async def test_no_call_touches_the_ssl_once_closed(certs: Certs, tls_records: ob
     records, tls, client = await _records_for(certs, tls_records)
     records.close()  # type: ignore[attr-defined]
     records.close()  # type: ignore[attr-defined]  # twice is fine
-    for call in (lambda: records.read(1024), lambda: records.write(b"x"), records.flush, records.shutdown):  # type: ignore[attr-defined]
+    calls = (lambda: records.read(1024), lambda: records.write(b"x"), records.flush, records.shutdown, records.pending)  # type: ignore[attr-defined]
+    for call in calls:
         with pytest.raises(ValueError, match="closed"):
             call()
     assert records.held == 0  # type: ignore[attr-defined]
@@ -263,7 +265,8 @@ async def test_a_socket_closed_under_the_records_is_an_error_not_a_stale_descrip
     records, tls, client = await _records_for(certs, tls_records)
     tls.close()  # the descriptor may now be any other file's: the records must not use it
     try:
-        for call in (lambda: records.read(1024), lambda: records.write(b"x"), records.flush):  # type: ignore[attr-defined]
+        calls = (lambda: records.read(1024), lambda: records.write(b"x"), records.flush, records.pending)  # type: ignore[attr-defined]
+        for call in calls:
             with pytest.raises(OSError, match="closed under"):
                 call()
     finally:
@@ -293,3 +296,18 @@ async def test_objects_that_are_not_one_sslsocket_its_ssl_object_and_its_context
     finally:
         tls.close()
         client.close()
+
+
+@pytest.mark.parametrize("mode", [ssl.CERT_NONE, ssl.CERT_OPTIONAL, ssl.CERT_REQUIRED])
+def test_the_checks_per_connection_read_what_ssl_and_libssl_report(mode: ssl.VerifyMode) -> None:
+    """The options and verify mode ``attach_records`` hands the C checks, read past ``ssl``'s enums, are the ones
+    ``ssl`` reports and the ones libssl reports for the ``SSL_CTX *`` (a context of each verify mode)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.verify_mode = mode
+    context.options |= ssl.OP_NO_TICKET
+    found = contexts._ctx_handle(context)
+    assert found is not None, "this Python's _ssl cannot be reached: nothing to check"
+    lib, handle = found
+    assert context_options(context) == int(context.options) == lib.get_options(handle)
+    assert libssl_verify_mode(context) == lib.get_verify_mode(handle)
+    assert libssl_verify_mode(context) == {ssl.CERT_NONE: 0, ssl.CERT_OPTIONAL: 1, ssl.CERT_REQUIRED: 3}[mode]

@@ -101,3 +101,46 @@ async def test_a_handshake_that_times_out_leaves_nothing_registered(certs: Certs
         assert _registered(loop, server_fd) is None
     finally:
         client.close()
+
+
+def _deadlines(loop: asyncio.AbstractEventLoop) -> int:
+    """The handshake deadlines the loop still has scheduled (the selector loop's own timer heap)."""
+    scheduled: list[asyncio.TimerHandle] = loop._scheduled  # type: ignore[attr-defined]
+    return sum(1 for h in scheduled if not h.cancelled() and "_Deadline" in repr(h))
+
+
+async def test_a_cancelled_handshake_leaves_nothing_registered_and_no_deadline(certs: Certs) -> None:
+    loop = asyncio.get_running_loop()
+    client, server = await tcp_pair()  # the client never says hello
+    server_fd = server.fileno()
+    opening = loop.create_task(
+        open_tls(Sink, server, certs.server.server_context(), server_side=True, handshake_timeout=30)
+    )
+    try:
+        await asyncio.sleep(0.05)
+        assert _deadlines(loop) == 1 and _registered(loop, server_fd) is not None
+        opening.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await opening
+        assert server.fileno() == -1
+        assert _registered(loop, server_fd) is None
+        assert _deadlines(loop) == 0
+    finally:
+        client.close()
+
+
+async def test_a_completed_handshake_leaves_no_deadline_behind(certs: Certs) -> None:
+    loop = asyncio.get_running_loop()
+    client, server = await tcp_pair()
+    serving = loop.create_task(served(certs, server, Sink()))
+    client_transport, _ = await open_tls(
+        Sink, client, certs.client.client_context(), server_side=False, handshake_timeout=0.3
+    )
+    server_transport = await serving
+    try:
+        assert _deadlines(loop) == 0
+        await asyncio.sleep(0.4)  # past the deadline: the connection is not touched
+        assert not client_transport.is_closing() and not server_transport.is_closing()
+    finally:
+        client_transport.abort()
+        server_transport.abort()

@@ -13,6 +13,7 @@ against the loop's own TLS transport as well as our own. Every test runs on both
 from __future__ import annotations
 
 import asyncio
+import gc
 import hashlib
 import socket
 import ssl
@@ -27,12 +28,15 @@ from tests.security.tls_peers import (
     Sink,
     hand_handshake,
     served,
+    socket_pair,
     tcp_pair,
     tls_end,
 )
 
 from ambit.identity.localca import LocalCa
-from ambit.tls.socket_transport import TlsTransportKind, open_tls
+from ambit.tls import contexts, socket_transport
+from ambit.tls.socket_transport import READ_AHEAD_BUFFER, TlsTransportKind, open_tls
+from ambit.tls.spiffe import check_peer
 
 # Every test on both record paths (Python and C), and no traceback for a peer's failure.
 pytestmark = pytest.mark.usefixtures("records_path", "no_peer_traceback")
@@ -213,10 +217,80 @@ async def test_sixty_four_mebibytes_each_way_arrive_byte_for_byte_and_close_clea
     assert lost == [None, None]
 
 
-async def test_records_read_ahead_in_one_system_call_are_all_delivered_without_more_input(certs: Certs) -> None:
+@pytest.mark.parametrize("read_ahead", [READ_AHEAD_BUFFER, 0], ids=["context-reads-ahead", "per-connection"])
+async def test_records_read_ahead_in_one_system_call_are_all_delivered_without_more_input(
+    certs: Certs, read_ahead: int
+) -> None:
     """Two short records (and a third cut in two) arrive in one segment: OpenSSL, reading ahead, takes them all in
     one ``read``; the socket then has nothing to say, so whatever OpenSSL holds must be handed on without waiting
-    for it."""
+    for it. Read-ahead on for the whole context (HBONE's contexts for this transport) or turned on per connection
+    (any other context)."""
+    loop = asyncio.get_running_loop()
+    client, server = await tcp_pair()
+    protocol = Sink()
+    serving = loop.create_task(served(certs, server, protocol, read_ahead=read_ahead))
+    try:
+        tls, outgoing = await hand_handshake(client, certs.client.client_context())
+        transport = await serving
+        assert _reads_ahead(transport.get_extra_info("ssl_object"))
+        for message in (b"first", b"second", b"third"):
+            tls.write(message)
+        await loop.sock_sendall(client, outgoing.read())
+        async with asyncio.timeout(5):
+            await protocol.reached(len(b"firstsecondthird"))
+        assert bytes(protocol.received) == b"firstsecondthird"
+        assert not protocol.lost.done()
+    finally:
+        client.close()
+
+
+def _reads_ahead(tls: ssl.SSLSocket) -> bool:
+    """Whether OpenSSL reads ahead on this connection (``SSL_get_read_ahead``), asked of its ``SSL *``."""
+    found = contexts._ctx_handle(tls.context)
+    lib = contexts._libssl_connection()
+    assert found is not None and lib is not None, "this Python's _ssl cannot be reached: nothing to check"
+    handle = contexts._ssl_handle(tls, found[1])
+    assert handle is not None
+    return bool(lib.ctrl(handle, _SSL_CTRL_GET_READ_AHEAD, 0, None))
+
+
+_SSL_CTRL_GET_READ_AHEAD = 40
+
+
+async def test_a_context_made_for_the_transport_reads_ahead_with_no_step_per_connection(
+    certs: Certs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HBONE's contexts for this transport have read-ahead on for every connection: none is set up per connection
+    (the ctypes checks of ``read_ahead``), yet both ends read ahead, and bytes arrive both ways."""
+
+    def per_connection(tls: ssl.SSLSocket, buffer_len: int) -> None:
+        raise AssertionError("read-ahead set up per connection on a context that has it")
+
+    monkeypatch.setattr(socket_transport, "read_ahead", per_connection)
+    client, server = Sink(), Sink()
+    client_transport, server_transport = await socket_pair(certs, client, server)
+    try:
+        for transport in (client_transport, server_transport):
+            assert contexts.reads_ahead(transport.get_extra_info("sslcontext"))
+            assert _reads_ahead(transport.get_extra_info("ssl_object"))
+        client_transport.write(b"ping")
+        server_transport.write(b"pong")
+        async with asyncio.timeout(5):
+            await server.reached(4)
+            await client.reached(4)
+        assert (bytes(server.received), bytes(client.received)) == (b"ping", b"pong")
+    finally:
+        client_transport.abort()
+        server_transport.abort()
+
+
+async def test_records_held_by_openssl_are_delivered_when_what_it_holds_cannot_be_asked(
+    certs: Certs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A connection of a context reading ahead whose ``SSL_has_pending`` cannot be reached (its ``SSL *`` failed
+    the checks): the Python records read until OpenSSL says ``WANT_READ``, so records it took in one ``read`` are
+    not left waiting for a readiness the poller will not report. (The C records ask OpenSSL themselves.)"""
+    monkeypatch.setattr(socket_transport, "pending_probe", lambda tls: None)
     loop = asyncio.get_running_loop()
     client, server = await tcp_pair()
     protocol = Sink()
@@ -230,6 +304,123 @@ async def test_records_read_ahead_in_one_system_call_are_all_delivered_without_m
         async with asyncio.timeout(5):
             await protocol.reached(len(b"firstsecondthird"))
         assert bytes(protocol.received) == b"firstsecondthird"
-        assert not protocol.lost.done()
+    finally:
+        client.close()
+
+
+async def test_a_rotated_certificate_or_trust_bundle_takes_effect_on_the_transports_contexts(
+    certs: Certs, tmp_path: Path
+) -> None:
+    """Contexts for this transport are made per certificate, like the loop's: a successor certificate is the one
+    presented on the next connection, and a certificate from a new CA (a new trust bundle) refuses the old CA's
+    peer. A certificate dropped takes its context's read-ahead entry with it."""
+    rotated = await LocalCa(tmp_path / "ca", trust_domain=TD).fetch_certificate(certs.server.identity)  # same CA
+    assert rotated.chain_pem[0] != certs.server.chain_pem[0]
+    client, server = Sink(), Sink()
+    client_transport, server_transport = await socket_pair(Certs(certs.client, rotated), client, server)
+    try:
+        presented = client_transport.get_extra_info("ssl_object").getpeercert(binary_form=True)
+        assert presented == ssl.PEM_cert_to_DER_cert(rotated.chain_pem[0].decode())
+        assert server_transport.get_extra_info("sslcontext") is not certs.server.server_context(
+            read_ahead=READ_AHEAD_BUFFER
+        )
+    finally:
+        client_transport.abort()
+        server_transport.abort()
+    other_ca = await LocalCa(tmp_path / "other-ca", trust_domain=TD).fetch_certificate(CLIENT)
+    client_sock, server_sock = await tcp_pair()
+    try:
+        refused, _ = await asyncio.gather(
+            open_tls(
+                Sink,
+                client_sock,
+                other_ca.client_context(read_ahead=READ_AHEAD_BUFFER),
+                server_side=False,
+                handshake_timeout=5,
+            ),
+            served(certs, server_sock, Sink()),
+            return_exceptions=True,
+        )
+        assert isinstance(refused, ssl.SSLCertVerificationError), refused
+    finally:
+        client_sock.close()
+        server_sock.close()
+    entries = len(contexts._READS_AHEAD)
+    del rotated, client_transport, server_transport, client, server
+    gc.collect()
+    assert len(contexts._READS_AHEAD) < entries
+
+
+async def test_the_peer_certificate_is_decoded_on_demand_and_equals_the_eager_one(certs: Certs) -> None:
+    """``peercert`` is not decoded per connection; asked for, on either end, before or after the close, it is what
+    the ``SSLSocket`` decodes (and what the loop's transport gives, eagerly), naming the identity the DER names."""
+    client, server = Sink(), Sink()
+    client_transport, server_transport = await socket_pair(certs, client, server)
+    try:
+        ends = [(client_transport, certs.server.identity), (server_transport, certs.client.identity)]
+        eager = []
+        for transport, identity in ends:
+            assert "peercert" not in transport._info, "decoded per connection"
+            tls = transport.get_extra_info("ssl_object")
+            eager.append(tls.getpeercert())
+            assert transport.get_extra_info("peercert") == eager[-1]
+            assert check_peer(tls.getpeercert(binary_form=True), trust_domain=TD, expected=None) == identity
+            assert dict(eager[-1]["subjectAltName"])["URI"] == str(identity)
+    finally:
+        client_transport.abort()
+        server_transport.abort()
+    for transport, _ in ends:  # asked first after the close
+        transport._info.pop("peercert")
+        assert transport.get_extra_info("peercert") == eager.pop(0)
+    loop_client, loop_server = Sink(), Sink()
+    client_sock, server_sock = await tcp_pair()
+    loop_ends = await asyncio.gather(
+        tls_end("loop", client_sock, certs.client.client_context(), loop_client, server_side=False),
+        tls_end("loop", server_sock, certs.server.server_context(), loop_server, server_side=True),
+    )
+    try:
+        for (transport, _), loop_transport in zip(ends, loop_ends, strict=True):
+            assert transport.get_extra_info("peercert") == loop_transport.get_extra_info("peercert")
+    finally:
+        for loop_transport in loop_ends:
+            loop_transport.abort()
+
+
+async def test_a_socket_that_is_not_connected_is_refused_and_closed(certs: Certs) -> None:
+    sock = socket.socket()
+    with pytest.raises(OSError) as raised:
+        await open_tls(Sink, sock, certs.client.client_context(), server_side=False, handshake_timeout=5)
+    assert not isinstance(raised.value, ssl.SSLError)
+    assert sock.fileno() == -1
+
+
+@pytest.mark.parametrize("read_ahead", [READ_AHEAD_BUFFER, 0], ids=["context-reads-ahead", "per-connection"])
+async def test_data_that_came_with_the_handshakes_last_flight_is_delivered_without_more_input(
+    certs: Certs, read_ahead: int
+) -> None:
+    """The client's Finished and its first record arrive in one segment: reading ahead, the server's last handshake
+    step takes both, so the transport must read what OpenSSL holds at once (the poller has nothing to report);
+    when OpenSSL holds nothing, it waits for the poller."""
+    loop = asyncio.get_running_loop()
+    client, server = await tcp_pair()
+    protocol = Sink()
+    serving = loop.create_task(served(certs, server, protocol, read_ahead=read_ahead))
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = certs.client.client_context().wrap_bio(incoming, outgoing)
+    try:
+        while True:
+            try:
+                tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                if out := outgoing.read():
+                    await loop.sock_sendall(client, out)
+                incoming.write(await loop.sock_recv(client, 65536))
+        tls.write(b"early")
+        await loop.sock_sendall(client, outgoing.read())  # Finished and the record, in one segment
+        async with asyncio.timeout(5):
+            await serving
+            await protocol.reached(len(b"early"))
+        assert bytes(protocol.received) == b"early"
     finally:
         client.close()

@@ -20,7 +20,7 @@ import pytest
 
 from ambit.identity.localca import LocalCa
 from ambit.model.identity import SpiffeId
-from ambit.tls.socket_transport import TlsSocketTransport, TlsTransportKind, open_tls
+from ambit.tls.socket_transport import READ_AHEAD_BUFFER, TlsSocketTransport, TlsTransportKind, open_tls
 from ambit.tls.workload import WorkloadCertificate
 
 TD = "cluster.local"
@@ -153,10 +153,13 @@ async def hand_handshake(sock: socket.socket, context: ssl.SSLContext) -> tuple[
     return tls, outgoing
 
 
-async def served(certs: Certs, server: socket.socket, protocol: Sink) -> TlsSocketTransport:
-    transport, _ = await open_tls(
-        lambda: protocol, server, certs.server.server_context(), server_side=True, handshake_timeout=5
-    )
+async def served(
+    certs: Certs, server: socket.socket, protocol: Sink, *, read_ahead: int = READ_AHEAD_BUFFER
+) -> TlsSocketTransport:
+    """The server end on the socket transport; by default with the context HBONE makes for it (reading ahead for
+    all its connections), with ``read_ahead=0`` with one made for the loop's (read-ahead turned on per connection)."""
+    context = certs.server.server_context(read_ahead=read_ahead)
+    transport, _ = await open_tls(lambda: protocol, server, context, server_side=True, handshake_timeout=5)
     return transport
 
 
@@ -164,7 +167,13 @@ async def socket_pair(certs: Certs, client: Sink, server: Sink) -> tuple[TlsSock
     """A loopback connection with both ends on the socket transport: the client's and the server's transports."""
     client_sock, server_sock = await tcp_pair()
     opening = asyncio.get_running_loop().create_task(
-        open_tls(lambda: client, client_sock, certs.client.client_context(), server_side=False, handshake_timeout=5)
+        open_tls(
+            lambda: client,
+            client_sock,
+            certs.client.client_context(read_ahead=READ_AHEAD_BUFFER),
+            server_side=False,
+            handshake_timeout=5,
+        )
     )
     server_transport = await served(certs, server_sock, server)
     client_transport, _ = await opening

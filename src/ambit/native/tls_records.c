@@ -432,6 +432,16 @@ static PyObject *Records_shutdown(Records *self, PyObject *Py_UNUSED(ignored))
 
 PyDoc_STRVAR(close_doc, "close(): forget the SSL; every later call raises ValueError. What is held is dropped.");
 
+PyDoc_STRVAR(pending_doc, "pending() -> bool: whether OpenSSL holds input not returned yet (SSL_has_pending), as "
+                          "read-ahead may leave after the handshake: then a read must not wait for the poller.");
+
+static PyObject *Records_pending(Records *self, PyObject *Py_UNUSED(ignored))
+{
+    if (check_open(self) < 0)
+        return NULL;
+    return PyBool_FromLong(SSL_has_pending(self->ssl));
+}
+
 static PyObject *Records_close(Records *self, PyObject *Py_UNUSED(ignored))
 {
     if (self->ssl != NULL) {
@@ -448,6 +458,7 @@ static PyMethodDef Records_methods[] = {
     {"write", (PyCFunction)Records_write, METH_O, write_doc},
     {"flush", (PyCFunction)Records_flush, METH_NOARGS, flush_doc},
     {"shutdown", (PyCFunction)Records_shutdown, METH_NOARGS, shutdown_doc},
+    {"pending", (PyCFunction)Records_pending, METH_NOARGS, pending_doc},
     {"close", (PyCFunction)Records_close, METH_NOARGS, close_doc},
     {NULL, NULL, 0, NULL},
 };

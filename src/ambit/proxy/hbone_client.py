@@ -37,7 +37,7 @@ from ambit.proxy.revocation import PeerRevokedError, RevocationManager
 from ambit.telemetry.metrics import Reporter
 from ambit.tls.contexts import verified_chain
 from ambit.tls.errors import PeerIdentityError
-from ambit.tls.socket_transport import TlsTransportKind, open_tls
+from ambit.tls.socket_transport import READ_AHEAD_BUFFER, TlsTransportKind, open_tls
 
 if TYPE_CHECKING:
     from ambit.tls.workload import WorkloadCertificate
@@ -101,7 +101,11 @@ class HboneClient:
             transport: asyncio.BaseTransport
             if tls_transport == "socket":
                 transport, _ = await open_tls(
-                    lambda: session, sock, cert.client_context(), server_side=False, handshake_timeout=timeout
+                    lambda: session,
+                    sock,
+                    cert.client_context(read_ahead=READ_AHEAD_BUFFER),
+                    server_side=False,
+                    handshake_timeout=timeout,
                 )
             else:
                 transport, _ = await loop.create_connection(

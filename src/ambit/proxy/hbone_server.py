@@ -69,7 +69,7 @@ from ambit.proxy.revocation import RevocationManager, Tracked
 from ambit.telemetry.metrics import Reporter
 from ambit.tls.contexts import verified_chain
 from ambit.tls.errors import PeerIdentityError
-from ambit.tls.socket_transport import TlsTransportKind, open_tls
+from ambit.tls.socket_transport import READ_AHEAD_BUFFER, TlsTransportKind, open_tls
 
 if TYPE_CHECKING:
     from ambit.tls.workload import WorkloadCertificate
@@ -204,7 +204,11 @@ class HboneServer:
             transport: asyncio.BaseTransport
             if tls_transport == "socket":
                 transport, _ = await open_tls(
-                    lambda: session, sock, cert.server_context(), server_side=True, handshake_timeout=left
+                    lambda: session,
+                    sock,
+                    cert.server_context(read_ahead=READ_AHEAD_BUFFER),
+                    server_side=True,
+                    handshake_timeout=left,
                 )
             else:
                 transport, _ = await loop.connect_accepted_socket(

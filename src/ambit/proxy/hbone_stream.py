@@ -491,6 +491,9 @@ class HboneSession(asyncio.Protocol):
         self._terminate(f"connection lost: {exc}" if exc else "connection closed")
         self.heard_from_peer.set()
         self.transport = None
+        # The data path holds this session (and its core): dropped here, the session is freed by its last reference
+        # rather than left in a cycle for the collector. Nothing can be sent any more (its send would say so).
+        self.data_path = self.send_now = None
         if not self.lost.done():
             self.lost.set_result(None)
 

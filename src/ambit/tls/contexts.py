@@ -11,7 +11,8 @@ Invariants:
 
 - Private keys never touch the disk: ``load_cert_chain`` only reads files, so the PEM goes through an anonymous
   memory file (``memfd_create``), or where that is missing through a 0600 temporary file unlinked at once.
-- A context is built once per certificate (the certificate caches it) and never changed afterwards.
+- A context is built once per certificate and TLS transport (the certificate caches it) and never changed
+  afterwards: the socket transport's have OpenSSL's read-ahead on from the start (:func:`read_ahead_context`).
 - A node proxy presents its leaf and any intermediates, not the root (every peer has the mesh roots already),
   except in the fallback below.
 
@@ -37,6 +38,7 @@ import functools
 import os
 import ssl
 import sys
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -49,19 +51,25 @@ if TYPE_CHECKING:
 ALPN_H2 = "h2"
 
 
-def client_context(cert: WorkloadCertificate) -> ssl.SSLContext:
-    """The context a node proxy dials HBONE with, presenting ``cert``; check the server with ``check_peer``."""
+def client_context(cert: WorkloadCertificate, *, read_ahead: int = 0) -> ssl.SSLContext:
+    """The context a node proxy dials HBONE with, presenting ``cert``; check the server with ``check_peer``.
+    ``read_ahead``: OpenSSL's read buffer for every connection of the context (:func:`read_ahead_context`), 0: off."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.check_hostname = False  # a SPIFFE id is checked after the handshake, not as a host name
     _configure(context, cert)
+    if read_ahead:
+        read_ahead_context(context, read_ahead)
     return context
 
 
-def server_context(cert: WorkloadCertificate) -> ssl.SSLContext:
-    """The context an HBONE listener accepts with, presenting ``cert`` and requiring a client certificate."""
+def server_context(cert: WorkloadCertificate, *, read_ahead: int = 0) -> ssl.SSLContext:
+    """The context an HBONE listener accepts with, presenting ``cert`` and requiring a client certificate.
+    ``read_ahead`` as in :func:`client_context`."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.num_tickets = 0  # TLS 1.3 resumption uses tickets only; issuing none disables it
     _configure(context, cert)
+    if read_ahead:
+        read_ahead_context(context, read_ahead)
     return context
 
 
@@ -245,11 +253,12 @@ _SSL_SESS_CACHE_OFF = 0x0
 
 @dataclass(frozen=True, slots=True)
 class _LibSsl:
-    """The three ``SSL_CTX`` functions of the libssl that Python's ``_ssl`` module is linked with."""
+    """The ``SSL_CTX`` functions of the libssl that Python's ``_ssl`` module is linked with."""
 
     ctrl: Callable[[int, int, int, None], int]
     get_options: Callable[[int], int]
     get_verify_mode: Callable[[int], int]
+    set_default_read_buffer_len: Callable[[int, int], None]
 
 
 @functools.cache
@@ -261,12 +270,14 @@ def _libssl() -> _LibSsl | None:
     try:
         lib = ctypes.CDLL(path)
         ctrl, get_options, get_verify_mode = lib.SSL_CTX_ctrl, lib.SSL_CTX_get_options, lib.SSL_CTX_get_verify_mode
+        set_len = lib.SSL_CTX_set_default_read_buffer_len
     except (OSError, AttributeError):  # a static OpenSSL that hides its symbols, or no such functions
         return None
     ctrl.argtypes, ctrl.restype = [ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_void_p], ctypes.c_long
     get_options.argtypes, get_options.restype = [ctypes.c_void_p], ctypes.c_uint64
     get_verify_mode.argtypes, get_verify_mode.restype = [ctypes.c_void_p], ctypes.c_int
-    return _LibSsl(ctrl, get_options, get_verify_mode)
+    set_len.argtypes, set_len.restype = [ctypes.c_void_p, ctypes.c_size_t], None
+    return _LibSsl(ctrl, get_options, get_verify_mode, set_len)
 
 
 def _ctx_handle(context: ssl.SSLContext) -> tuple[_LibSsl, int] | None:
@@ -342,32 +353,92 @@ def _libssl_connection() -> _LibSslConnection | None:
     return _LibSslConnection(ctrl, set_len, has_pending, get_ssl_ctx)
 
 
+def read_ahead_context(context: ssl.SSLContext, buffer_len: int) -> bool:
+    """Have OpenSSL read ahead (as :func:`read_ahead` says) on every connection made from ``context`` from now on,
+    with a read buffer of ``buffer_len`` bytes: once per context instead of once per connection. False (and nothing
+    changed) when the ``SSL_CTX *`` of ``context`` cannot be trusted (:func:`_ctx_handle`).
+
+    Call it while the context is being built, before any connection: an ``SSL`` takes both settings from its
+    ``SSL_CTX`` when it is made. :func:`reads_ahead` then knows the context, and :func:`pending_probe` finds the
+    ``SSL_has_pending`` of its connections without checking the context again."""
+    found = _ctx_handle(context)
+    if found is None or _libssl_connection() is None:
+        return False
+    lib, handle = found
+    lib.set_default_read_buffer_len(handle, buffer_len)
+    lib.ctrl(handle, _SSL_CTRL_SET_READ_AHEAD, 1, None)
+    _READS_AHEAD[context] = handle
+    return True
+
+
+_READS_AHEAD: weakref.WeakKeyDictionary[ssl.SSLContext, int] = weakref.WeakKeyDictionary()
+"""The contexts :func:`read_ahead_context` turned read-ahead on for, with their ``SSL_CTX *`` (checked then); an
+entry goes with its context."""
+
+
+def reads_ahead(context: ssl.SSLContext) -> bool:
+    """Whether every connection of ``context`` reads ahead (:func:`read_ahead_context` did it)."""
+    return context in _READS_AHEAD
+
+
 def read_ahead(tls: ssl.SSLSocket, buffer_len: int) -> Callable[[], int] | None:
     """Have OpenSSL read as much as the socket holds, up to ``buffer_len`` bytes, in one ``read`` (its read-ahead,
     which Python's ``ssl`` does not expose) on ``tls``, before its handshake; the ``SSL_has_pending`` of ``tls``
     (non-zero while OpenSSL holds bytes not yet returned, decrypted or not), or None when this cannot be done.
+    For a context whose every connection should read ahead, :func:`read_ahead_context` does this once.
 
     CPython's ``_ssl`` socket object holds, after the object header, the Python socket's weak reference, the ``SSL
     *`` and its context object. The pointer is used only once the context slot is the very context of ``tls`` and
     libssl names, for that ``SSL *``, the ``SSL_CTX *`` :func:`_ctx_handle` checked for that context. The function
     returned must not be called once ``tls`` is closed."""
-    lib = _libssl_connection()
-    inner = getattr(tls, "_sslobj", None)
     found = _ctx_handle(tls.context)
-    if lib is None or inner is None or found is None:
-        return None
-    base = id(inner) + object.__basicsize__
-    pointer = ctypes.sizeof(ctypes.c_void_p)
-    if ctypes.c_void_p.from_address(base + 2 * pointer).value != id(tls.context):
-        return None
-    handle = ctypes.c_void_p.from_address(base + pointer).value
-    if not handle or lib.get_ssl_ctx(handle) != found[1]:
+    handle = _ssl_handle(tls, found[1]) if found is not None else None
+    lib = _libssl_connection()
+    if lib is None or handle is None:
         return None
     lib.set_default_read_buffer_len(handle, buffer_len)
     lib.ctrl(handle, _SSL_CTRL_SET_READ_AHEAD, 1, None)
     return functools.partial(lib.has_pending, handle)
 
 
+def pending_probe(tls: ssl.SSLSocket) -> Callable[[], int] | None:
+    """The ``SSL_has_pending`` of ``tls``, made from a context :func:`read_ahead_context` turned read-ahead on for
+    (its ``SSL *`` checked as :func:`read_ahead` checks it, against the ``SSL_CTX *`` checked then), or None when
+    the context is not one of those or the ``SSL *`` cannot be trusted. Not to be called once ``tls`` is closed."""
+    ctx_handle = _READS_AHEAD.get(tls.context)
+    lib = _libssl_connection()
+    handle = _ssl_handle(tls, ctx_handle) if ctx_handle is not None else None
+    if lib is None or handle is None:
+        return None
+    return functools.partial(lib.has_pending, handle)
+
+
+def _ssl_handle(tls: ssl.SSLSocket, ctx_handle: int) -> int | None:
+    """The ``SSL *`` of ``tls`` when the layout checks of :func:`read_ahead` pass for it and ``ctx_handle``."""
+    lib = _libssl_connection()
+    inner = getattr(tls, "_sslobj", None)
+    if lib is None or inner is None:
+        return None
+    base = id(inner) + object.__basicsize__
+    pointer = ctypes.sizeof(ctypes.c_void_p)
+    if ctypes.c_void_p.from_address(base + 2 * pointer).value != id(tls.context):
+        return None
+    handle = ctypes.c_void_p.from_address(base + pointer).value
+    if not handle or lib.get_ssl_ctx(handle) != ctx_handle:
+        return None
+    return handle
+
+
 def libssl_verify_mode(context: ssl.SSLContext) -> int:
     """What libssl reports as the verify mode of ``context`` (for checks of the ``SSL_CTX *`` it wraps)."""
-    return _VERIFY_MODES.get(context.verify_mode, -1)
+    return _VERIFY_MODES.get(_RAW_VERIFY_MODE.__get__(context), -1)
+
+
+def context_options(context: ssl.SSLContext) -> int:
+    """``int(context.options)``, read without ``ssl``'s enum on the way (per connection, for the same checks)."""
+    return int(_RAW_OPTIONS.__get__(context))
+
+
+# The ``_ssl`` getters themselves: ``ssl.SSLContext``'s properties wrap their integers in enums (about 0.4 us each).
+_RAW_OPTIONS: Any = _ssl._SSLContext.options
+_RAW_VERIFY_MODE: Any = _ssl._SSLContext.verify_mode

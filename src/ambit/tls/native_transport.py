@@ -35,7 +35,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, cast
 
-from ambit.tls.contexts import libssl_verify_mode
+from ambit.tls.contexts import context_options, libssl_verify_mode
 from ambit.tls.socket_transport import READ_SIZE, SHUTDOWN_TIMEOUT, TlsSocketTransport
 
 if TYPE_CHECKING:
@@ -46,15 +46,16 @@ log = logging.getLogger(__name__)
 
 def attach_records(tls_records: ModuleType, tls: ssl.SSLSocket) -> Records | None:
     """A ``Records`` for the handshaken ``tls``, or None (with a warning) when its ``SSL *`` cannot be trusted."""
+    context = tls.context
     try:
         return cast(
             "Records",
             tls_records.Records(
                 tls,
                 tls._sslobj,  # type: ignore[attr-defined]  # the _ssl object that owns the SSL *
-                tls.context,
-                int(tls.context.options),
-                libssl_verify_mode(tls.context),
+                context,
+                context_options(context),
+                libssl_verify_mode(context),
             ),
         )
     except (TypeError, ValueError) as exc:
@@ -82,6 +83,9 @@ class NativeTlsSocketTransport(TlsSocketTransport):
         self._wants_write_status = tls_records.READ_WANTS_WRITE
         self._feed: Callable[[bytes], int] | None = None  # see set_data_path
         super().__init__(loop, tls, protocol, None, reading=reading)  # connects the protocol, which may write at once
+
+    def _holds_input(self) -> bool:
+        return self._records.pending()
 
     def set_data_path(self, feed: Callable[[bytes], int] | None) -> None:
         """Give each read's plaintext to ``feed`` first (a ``DataPath.feed`` of ``ambit.native._hbone_data``): it

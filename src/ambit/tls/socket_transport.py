@@ -11,9 +11,12 @@ transport with its record loops in C.
 
 Invariants:
 
-- OpenSSL reads ahead (:func:`ambit.tls.contexts.read_ahead`, ``READ_AHEAD_BUFFER``): one ``read`` system call
-  brings as many records as the socket holds, instead of two per record (its header, then its body). Where that
-  cannot be turned on, it reads each record by itself and holds nothing beyond the record being returned.
+- OpenSSL reads ahead (``READ_AHEAD_BUFFER``): one ``read`` system call brings as many records as the socket holds,
+  instead of two per record (its header, then its body). A context made for this transport (``read_ahead=
+  READ_AHEAD_BUFFER``, :func:`ambit.tls.contexts.read_ahead_context`) has it on for all its connections; on any
+  other, :func:`open_tls` turns it on per connection (:func:`ambit.tls.contexts.read_ahead`). Where that cannot be
+  done, OpenSSL reads each record by itself and holds nothing beyond the record being returned; where it reads
+  ahead but what it holds cannot be asked (``SSL_has_pending``), a read callback reads until ``WANT_READ``.
 - One read callback reads records until OpenSSL says ``WANT_READ``, or until a record shorter than a full one (the
   end of the peer's write, most likely) when OpenSSL holds nothing more (``SSL_has_pending``; without read-ahead it
   never does): so a request is read with no extra system call just to hear ``EAGAIN``, and bytes OpenSSL already
@@ -44,7 +47,7 @@ from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
 from ambit import native
-from ambit.tls.contexts import read_ahead
+from ambit.tls.contexts import pending_probe, read_ahead, reads_ahead
 from ambit.tls.write_backlog import WriteBacklog
 
 log = logging.getLogger(__name__)
@@ -56,8 +59,9 @@ TLS_TRANSPORTS: tuple[TlsTransportKind, ...] = ("loop", "socket")
 READ_SIZE = 256 * 1024
 """Plaintext bytes asked of OpenSSL per read, and the most one read callback hands the protocol."""
 READ_AHEAD_BUFFER = 64 * 1024
-"""OpenSSL's read buffer with its read-ahead on (:func:`ambit.tls.contexts.read_ahead`): up to this much ciphertext
-per ``read`` system call instead of two calls per record (header, then body); 0: read-ahead off."""
+"""OpenSSL's read buffer with its read-ahead on (a context's ``read_ahead`` for this transport, else per connection
+by :func:`ambit.tls.contexts.read_ahead`): up to this much ciphertext per ``read`` system call instead of two calls
+per record (header, then body); 0: read-ahead off."""
 _FULL_RECORD = 16384
 """The most plaintext one TLS record carries: a record this full is most likely followed by more of one write."""
 SHUTDOWN_TIMEOUT = 30.0
@@ -77,22 +81,25 @@ async def open_tls(
     """Run the TLS handshake on the connected ``sock`` (ours from now on: closed on failure) within
     ``handshake_timeout`` seconds of the call, then connect a protocol from ``protocol_factory`` to it.
 
-    Raises what the handshake raised (``ssl.SSLError``, ``OSError``) or ``TimeoutError``. A client sends no SNI."""
+    Raises what the handshake raised (``ssl.SSLError``, ``OSError``) or ``TimeoutError``. A client sends no SNI.
+    A ``context`` made with ``read_ahead=READ_AHEAD_BUFFER`` spares each connection the turning on of read-ahead."""
     loop = asyncio.get_running_loop()
+    has_pending: Callable[[], int] | None = None
     try:
         sock.setblocking(False)
         # A peer that closes without close_notify (mid-record, say) has failed, not ended: an error, never an EOF.
         tls = context.wrap_socket(
             sock, server_side=server_side, do_handshake_on_connect=False, suppress_ragged_eofs=False
         )
-        has_pending = read_ahead(tls, READ_AHEAD_BUFFER) if READ_AHEAD_BUFFER else None
+        context_reads_ahead = reads_ahead(context)
+        if READ_AHEAD_BUFFER and not context_reads_ahead:
+            has_pending = read_ahead(tls, READ_AHEAD_BUFFER)
     except BaseException:
         sock.close()
         raise
     reading = False  # the handshake left the descriptor registered for reading
     try:
-        async with asyncio.timeout(handshake_timeout):
-            reading = await _handshake(loop, tls)
+        reading = await _handshake(loop, tls, loop.time() + handshake_timeout)
         protocol = protocol_factory()
         tls_records = native.selection().tls_records
         records = None
@@ -109,22 +116,38 @@ async def open_tls(
         from ambit.tls.native_transport import NativeTlsSocketTransport  # it subclasses ours
 
         return NativeTlsSocketTransport(loop, tls, protocol, tls_records, records, reading=reading), protocol
+    if context_reads_ahead:
+        # OpenSSL reads ahead on this connection: what it holds must be asked, or else assumed (read to WANT_READ).
+        has_pending = pending_probe(tls) or _assume_pending
     return TlsSocketTransport(loop, tls, protocol, has_pending, reading=reading), protocol
 
 
-async def _handshake(loop: asyncio.AbstractEventLoop, tls: ssl.SSLSocket) -> bool:
-    """Run the handshake on ``tls``; True when it ends with the descriptor still registered for reading.
+def _assume_pending() -> int:
+    """For a connection reading ahead whose ``SSL_has_pending`` cannot be asked: OpenSSL may hold more."""
+    return 1
+
+
+async def _handshake(loop: asyncio.AbstractEventLoop, tls: ssl.SSLSocket, deadline: float) -> bool:
+    """Run the handshake on ``tls`` until ``deadline`` (the loop's clock; ``TimeoutError`` then); True when it ends
+    with the descriptor still registered for reading.
 
     One registration serves every step that waits the same way (only its callback changes, which costs the loop no
     system call), and the transport takes over a reading one in turn: an event loop that registers a descriptor
     anew pays for it (uvloop: a poll handle made and destroyed, with several ``epoll_ctl`` and ``ioctl`` calls).
-    On any failure (the handshake's, a timeout, a cancellation) nothing stays registered."""
+    The deadline is one timer for all the steps, which wakes the step waiting when it passes (not
+    ``asyncio.timeout``, whose task bookkeeping costs more Python than the handshake's own steps). On any failure
+    (the handshake's, the deadline, a cancellation) nothing stays registered and the timer is gone."""
     fd = tls.fileno()
+    # The _ssl object's own method: SSLSocket.do_handshake adds a Python frame and, per call, a settimeout (an ioctl
+    # system call) to restore what it never changed here. Not connected, the socket has none: ssl's says ENOTCONN.
+    inner = tls._sslobj  # type: ignore[attr-defined]
+    do_handshake: Callable[[], None] = inner.do_handshake if inner is not None else tls.do_handshake
     waiting: Literal["read", "write"] | None = None  # what the descriptor is registered for
+    timer: _Deadline | None = None
     try:
         while True:
             try:
-                tls.do_handshake()
+                do_handshake()
                 break
             except ssl.SSLWantReadError:
                 want: Literal["read", "write"] = "read"
@@ -133,20 +156,43 @@ async def _handshake(loop: asyncio.AbstractEventLoop, tls: ssl.SSLSocket) -> boo
             if waiting is not None and waiting != want:
                 _unregister(loop, fd, waiting)
                 waiting = None
-            ready = loop.create_future()
+            if timer is None:
+                timer = _Deadline(loop, deadline)
+            ready = timer.waiter = loop.create_future()
             if want == "read":
                 loop.add_reader(fd, _set_done, ready)
             else:
                 loop.add_writer(fd, _set_done, ready)
             waiting = want
             await ready
+            if timer.expired:  # what woke this step, or it passed while the step's readiness was being delivered
+                raise TimeoutError
     except BaseException:
         if waiting is not None:
             _unregister(loop, fd, waiting)
         raise
+    finally:
+        if timer is not None:
+            timer.handle.cancel()
     if waiting == "write":
         _unregister(loop, fd, waiting)
     return waiting == "read"
+
+
+class _Deadline:
+    """The handshake's deadline: once it passed, ``expired``, and the step waiting (``waiter``) is woken."""
+
+    __slots__ = ("expired", "handle", "waiter")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, deadline: float) -> None:
+        self.waiter: asyncio.Future[None] | None = None
+        self.expired = False
+        self.handle = loop.call_at(deadline, self._expire)
+
+    def _expire(self) -> None:
+        self.expired = True
+        if self.waiter is not None:
+            _set_done(self.waiter)
 
 
 def _unregister(loop: asyncio.AbstractEventLoop, fd: int, waiting: Literal["read", "write"]) -> None:
@@ -180,17 +226,18 @@ class TlsSocketTransport(asyncio.Transport):
             extra["peername"], extra["sockname"] = tls.getpeername(), tls.getsockname()
         except OSError:
             extra["peername"] = extra["sockname"] = None
-        extra["peercert"] = tls.getpeercert()
-        extra["cipher"] = tls.cipher()
+        extra["cipher"] = tls.cipher()  # "peercert": decoded on demand (get_extra_info)
         super().__init__(extra)
+        self._info = extra  # asyncio's _extra, which get_extra_info completes
         self._loop = loop
         self._tls = tls
+        self._sslobj = tls._sslobj  # type: ignore[attr-defined]  # the _ssl object: kept past close, as the SSL *
         self._fd = tls.fileno()
         self._protocol = protocol
         # The C methods of the ``_ssl`` object itself: ``SSLSocket.recv`` and ``send`` only add Python frames (their
         # one difference, ``suppress_ragged_eofs``, is off here).
-        self._read: Callable[[int], bytes] = tls._sslobj.read  # type: ignore[attr-defined]
-        self._write: Callable[[bytes | bytearray | memoryview], int] = tls._sslobj.write  # type: ignore[attr-defined]
+        self._read: Callable[[int], bytes] = self._sslobj.read
+        self._write: Callable[[bytes | bytearray | memoryview], int] = self._sslobj.write
         self._has_pending = has_pending  # with OpenSSL's read-ahead on: whether it holds bytes we have not read
         self._backlog = WriteBacklog()
         self._closing = False  # close() or abort() was called, or the connection failed
@@ -208,9 +255,23 @@ class TlsSocketTransport(asyncio.Transport):
         protocol.connection_made(self)
         if not self._closing:
             self._update_reader()
-            loop.call_soon(self._read_ready)  # the handshake's last read may have brought more than it needed
+            if self._holds_input():  # the handshake's last read brought more than it needed
+                loop.call_soon(self._read_ready)
+
+    def _holds_input(self) -> bool:
+        """Whether OpenSSL holds input not returned yet, which the poller cannot report (read-ahead took it in).
+        Without read-ahead it never does: it reads a record at a time, and the handshake reads no data record."""
+        return self._has_pending is not None and bool(self._has_pending())
 
     # asyncio.BaseTransport
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        """asyncio's extra information; ``peercert`` (the peer's certificate as a dict) is decoded on first demand,
+        not per connection: the identity checks read the DER (``ssl_object.getpeercert(binary_form=True)``). It is
+        there after the close too, as on the loop's transport (the ``_ssl`` object and its ``SSL *`` live on)."""
+        if name == "peercert" and name not in self._info:
+            self._info[name] = self._sslobj.getpeercert()
+        return super().get_extra_info(name, default)
 
     def is_closing(self) -> bool:
         return self._closing

@@ -2,8 +2,9 @@
 
 Theory of operation: a CA's answer (leaf first, root last) becomes a :class:`WorkloadCertificate` through
 :meth:`WorkloadCertificate.from_chain`, which checks that the leaf names the identity it was asked for. The
-certificate builds its HBONE client and server contexts (:mod:`ambit.tls.contexts`) once, on first use, and never
-changes afterwards; :meth:`WorkloadCertificate.to_dump` is its ``/config_dump`` entry (spec §8.2).
+certificate builds its HBONE client and server contexts (:mod:`ambit.tls.contexts`; one pair per TLS transport, by
+``read_ahead``) once, on first use, and never changes afterwards; :meth:`WorkloadCertificate.to_dump` is its
+``/config_dump`` entry (spec §8.2).
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ class WorkloadCertificate:
     roots_pem: bytes = field(repr=False)
     not_before: float
     not_after: float
-    _contexts: dict[str, ssl.SSLContext] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _contexts: dict[tuple[str, int], ssl.SSLContext] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     @classmethod
     def from_chain(cls, identity: SpiffeId, chain_pem: Sequence[bytes], key_pem: bytes) -> WorkloadCertificate:
@@ -65,16 +68,19 @@ class WorkloadCertificate:
         """Half way through the validity period, when the manager fetches a successor."""
         return self.not_before + (self.not_after - self.not_before) / 2
 
-    def client_context(self) -> ssl.SSLContext:
-        """The HBONE client context presenting this certificate (built once)."""
-        if (context := self._contexts.get("client")) is None:
-            context = self._contexts["client"] = contexts.client_context(self)
+    def client_context(self, *, read_ahead: int = 0) -> ssl.SSLContext:
+        """The HBONE client context presenting this certificate (built once per ``read_ahead``: OpenSSL's read
+        buffer for every connection, as :func:`ambit.tls.contexts.client_context` takes it; 0 for the event loop's
+        TLS transport)."""
+        if (context := self._contexts.get(("client", read_ahead))) is None:
+            context = self._contexts["client", read_ahead] = contexts.client_context(self, read_ahead=read_ahead)
         return context
 
-    def server_context(self) -> ssl.SSLContext:
-        """The HBONE server context presenting this certificate (built once)."""
-        if (context := self._contexts.get("server")) is None:
-            context = self._contexts["server"] = contexts.server_context(self)
+    def server_context(self, *, read_ahead: int = 0) -> ssl.SSLContext:
+        """The HBONE server context presenting this certificate (built once per ``read_ahead``, as
+        :meth:`client_context`)."""
+        if (context := self._contexts.get(("server", read_ahead))) is None:
+            context = self._contexts["server", read_ahead] = contexts.server_context(self, read_ahead=read_ahead)
         return context
 
     def to_dump(self, now: float) -> dict[str, Any]:
