@@ -451,3 +451,46 @@ def test_an_ipv6_connection_that_was_not_redirected_has_no_original_destination_
                 assert original_dst(accepted) is None
                 assert original_dst(client) is None
                 assert accepted.getsockname()[:2] == ("::1", listener.getsockname()[1])
+
+
+async def test_a_finished_splice_of_socket_streams_is_freed_without_the_cyclic_collector() -> None:
+    """A stream that is closed lets go of the relay it pushed to: the splice, its directions and both streams are
+    freed by reference counting once the owner drops them, not left in a cycle for the collector (a cold
+    connection's every object counts)."""
+    import gc
+
+    from ambit.proxy.relay import Splice, close_now, splice
+
+    a, client = socket.socketpair()
+    b, server = socket.socketpair()
+    for sock in (a, b, client, server):
+        sock.setblocking(False)
+    loop = asyncio.get_running_loop()
+    done = asyncio.Event()
+    down, up = SocketStream(a), SocketStream(b)
+
+    def finished(running: Splice) -> None:
+        close_now(running.downstream, running.upstream)
+        done.set()
+
+    gc.collect()
+    gc.disable()
+    try:
+        running = splice(down, up, finished)
+        await loop.sock_sendall(client, b"ping")
+        assert await loop.sock_recv(server, 16) == b"ping"
+        client.shutdown(socket.SHUT_WR)
+        server.shutdown(socket.SHUT_WR)
+        await asyncio.wait_for(done.wait(), 5)
+        del running, down, up, finished
+        await asyncio.sleep(0)
+        gc.set_debug(gc.DEBUG_SAVEALL)  # what the collector would have to free stays in gc.garbage
+        gc.collect()
+        left = sorted({type(o).__name__ for o in gc.garbage} & {"Splice", "_Direction", "SocketStream", "RelayResult"})
+        assert left == []
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+        client.close()
+        server.close()

@@ -315,6 +315,7 @@ class HboneStream:
             await self._drain()  # usually nothing is queued, and no timeout's timer is armed
         if not self.done:
             self.abort()
+        self._sink = None  # as close_nowait
 
     def close_nowait(self) -> bool:
         """:meth:`aclose` without waiting: True when done, False when queued bytes still need ``aclose``'s wait."""
@@ -325,6 +326,7 @@ class HboneStream:
             return False
         if not self.done:
             self.abort()
+        self._sink = None  # done on the wire: nothing more is pushed (the relay, a cycle through us, is let go)
         return True
 
     async def _drain(self) -> None:
@@ -388,8 +390,9 @@ class HboneStream:
             response.set_exception(error or StreamClosedError(reason))
             response.exception()  # nobody may be awaiting it any more
         self._drained = None
-        if self._sink is not None:
-            self._sink.on_error(reason)
+        sink, self._sink = self._sink, None  # nothing more is pushed: the relay (a cycle through us) is let go
+        if sink is not None:
+            sink.on_error(reason)
 
     def _check_writable(self, what: str) -> None:
         if self._error is not None:

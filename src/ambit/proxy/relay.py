@@ -73,7 +73,17 @@ class Splice:
     removing the pod can cancel them); the splice removes itself from it when done.
     """
 
-    __slots__ = ("callbacks", "downstream", "on_done", "open_directions", "over", "registry", "result", "upstream")
+    __slots__ = (
+        "callbacks",
+        "directions",
+        "downstream",
+        "on_done",
+        "open_directions",
+        "over",
+        "registry",
+        "result",
+        "upstream",
+    )
 
     def __init__(
         self,
@@ -92,11 +102,16 @@ class Splice:
         self.over = False  # done: checked for every chunk
         self.open_directions = 2
         self.registry: SpliceRegistry | None = None
+        self.directions: tuple[_Direction, ...] = ()
 
     def start(self) -> None:
-        _Direction(self, self.downstream, self.upstream, True).start()
+        up = _Direction(self, self.downstream, self.upstream, True)
+        self.directions = (up,)
+        up.start()
         if not self.over:  # the first direction may have failed at once (a stream that was already reset)
-            _Direction(self, self.upstream, self.downstream, False).start()
+            down = _Direction(self, self.upstream, self.downstream, False)
+            self.directions = (up, down)
+            down.start()
 
     def finish(self, error: str = "") -> None:
         if self.over:
@@ -114,6 +129,11 @@ class Splice:
                 on_done(self)
             except Exception:  # a bug in the owner's bookkeeping must not break the stream that called us
                 log.exception("relay: on_done failed")
+        # A stream keeps its sink (a direction) after this, and the directions pointed back here: the splice,
+        # both streams and what they hold were a cycle left to the collector, per connection.
+        for direction in self.directions:
+            direction.relay = None
+        self.directions = ()
 
     def direction_done(self) -> None:
         self.open_directions -= 1
@@ -206,7 +226,9 @@ class _Direction:
     __slots__ = ("dst", "relay", "src", "upward")
 
     def __init__(self, relay: Splice, src: PushStream, dst: PushStream, upward: bool) -> None:
-        self.relay, self.src, self.dst, self.upward = relay, src, dst, upward
+        self.relay: Splice | None = relay
+        """None once the splice finished (it lets its directions go; see :meth:`Splice.finish`)."""
+        self.src, self.dst, self.upward = src, dst, upward
 
     def start(self) -> None:
         self.src.start_push(self)
@@ -217,7 +239,7 @@ class _Direction:
 
     def on_data(self, data: bytes | memoryview) -> None:
         relay = self.relay
-        if relay.over:
+        if relay is None or relay.over:
             return
         dst = self.dst
         try:
@@ -242,7 +264,7 @@ class _Direction:
 
     def on_eof(self) -> None:
         relay = self.relay
-        if relay.over:
+        if relay is None or relay.over:
             return
         dst = self.dst
         try:
@@ -256,4 +278,6 @@ class _Direction:
             dst.when_drained(relay.direction_done)
 
     def on_error(self, reason: str) -> None:
-        self.relay.finish(f"{self.name} read: {reason}")
+        relay = self.relay
+        if relay is not None:
+            relay.finish(f"{self.name} read: {reason}")

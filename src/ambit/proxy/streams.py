@@ -320,6 +320,7 @@ class SocketStream:
             self._loop.remove_writer(self._fd)
         self._out = None
         self._drained = None
+        self._sink = _UNATTACHED  # nothing is pushed after the close: the relay (a cycle through us) is let go
         for waiter in (self._reader, self._writer):
             if waiter is not None and not waiter.done():
                 waiter.set_exception(StreamClosedError("aborted" if self._aborted else "closed"))
