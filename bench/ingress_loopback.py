@@ -4,10 +4,11 @@
 [--protocols http1,http2] [--profile FILE [--top N]]`` starts:
 
 - the gateway in a child process (:class:`~ambit.waypoint.ingress.IngressGateway`, run as ``ambit gateway`` runs
-  it: uvloop, its own logging, no access log), on loopback addresses of its own, with the workload state of a local
-  config file and a local CA (the waypoint harness's way, :mod:`bench.waypoint_loopback`), serving the config the
-  control plane would translate (:func:`gateway_config`) for a Gateway of class ``istio`` with one HTTPS listener
-  (a self-signed certificate for ``*.bench.example`` from a Secret) and an HTTPRoute to the Service ``echo``;
+  it: asyncio's own loop, its own logging, no access log), on loopback addresses of its own, with the workload
+  state of a local config file and a local CA (the waypoint harness's way, :mod:`bench.waypoint_loopback`),
+  serving the config the control plane would translate (:func:`gateway_config`) for a Gateway of class ``istio``
+  with one HTTPS listener (a self-signed certificate for ``*.bench.example`` from a Secret) and an HTTPRoute to
+  the Service ``echo``;
 - in this process, the mesh endpoint of ``echo`` (the waypoint harness's HBONE server answering every request with
   1 KiB) and a client: ``--connections`` TLS connections to the listener, with SNI ``echo.bench.example``,
   verifying the gateway's certificate, each carrying keep-alive HTTP/1.1 requests (``http1``, ALPN ``http/1.1``)
@@ -178,7 +179,7 @@ def run_child(spec: dict[str, Any], profile: str | None) -> None:
     if profiler is not None:
         profiler.enable()
     try:
-        eventloop.run(lambda: _serve(settings, config), "uvloop")
+        eventloop.run(lambda: _serve(settings, config), "asyncio")  # as ambit.cli.l7_proxy runs the gateway
     finally:
         if profiler is not None:
             profiler.disable()
