@@ -1,14 +1,15 @@
 """The ingress gateway's CPU per HTTPS request on loopback: ``ambit gateway`` as its own process, no lab, no root.
 
 ``.venv/bin/python -m bench.ingress_loopback [--rate R] [--requests N] [--seconds S] [--connections C]
-[--protocols http1,http2] [--profile FILE [--top N]]`` starts:
+[--protocols http1,http2] [--tls-transport loop|socket] [--profile FILE [--top N]]`` starts:
 
 - the gateway in a child process (:class:`~ambit.waypoint.ingress.IngressGateway`, run as ``ambit gateway`` runs
   it: asyncio's own loop, its own logging, no access log), on loopback addresses of its own, with the workload
   state of a local config file and a local CA (the waypoint harness's way, :mod:`bench.waypoint_loopback`),
   serving the config the control plane would translate (:func:`gateway_config`) for a Gateway of class ``istio``
   with one HTTPS listener (a self-signed certificate for ``*.bench.example`` from a Secret) and an HTTPRoute to
-  the Service ``echo``;
+  the Service ``echo``; its upstream HBONE leg on ``--tls-transport`` (the loop's by default, as ``ambit gateway``;
+  the client's TLS is terminated on the socket transport either way);
 - in this process, the mesh endpoint of ``echo`` (the waypoint harness's HBONE server answering every request with
   1 KiB) and a client: ``--connections`` TLS connections to the listener, with SNI ``echo.bench.example``,
   verifying the gateway's certificate, each carrying keep-alive HTTP/1.1 requests (``http1``, ALPN ``http/1.1``)
@@ -173,6 +174,7 @@ def run_child(spec: dict[str, Any], profile: str | None) -> None:
         readiness_port=int(spec["readiness_port"]),
         upstream_hbone_port=int(spec["upstream_port"]),
         limits=WaypointLimits(drain_time=0.0),
+        tls_transport="socket" if spec.get("tls_transport") == "socket" else "loop",
     )
     config = gateway_config(int(spec["port"]), Path(spec["cert"]).read_bytes(), Path(spec["key"]).read_bytes())
     profiler = cProfile.Profile(time.process_time) if profile else None
@@ -324,6 +326,7 @@ async def run(args: argparse.Namespace, directory: Path) -> list[Result]:
         "port": port,
         "readiness_port": free_port(GATEWAY_IP),
         "upstream_port": endpoint.port,
+        "tls_transport": args.tls_transport,
     }
     command = [sys.executable, "-m", "bench.ingress_loopback", "--child", json.dumps(spec)]
     if args.profile:
@@ -365,6 +368,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0, help="at most this long per protocol")
     parser.add_argument("--connections", type=int, default=4)
     parser.add_argument("--protocols", default="http1,http2")
+    parser.add_argument(
+        "--tls-transport",
+        choices=("loop", "socket"),
+        default="loop",
+        help="the gateway's upstream HBONE TLS transport (socket: with the native TLS records when they load)",
+    )
     parser.add_argument("--profile", help="run the gateway under cProfile, stats to this file")
     parser.add_argument("--top", type=int, default=0, help="with --profile: print the N entries of most own time")
     parser.add_argument("--child", help=argparse.SUPPRESS)
