@@ -452,12 +452,12 @@ async def drive(client: HboneClient, protocol: str, args: argparse.Namespace, pi
     )
 
 
-def wait_ready(port: int, child: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+def wait_ready(port: int, child: subprocess.Popen[bytes], timeout: float = 30.0, host: str = WAYPOINT_IP) -> None:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if child.poll() is not None:
             raise RuntimeError(f"the waypoint exited with status {child.returncode}")
-        url = f"http://{WAYPOINT_IP}:{port}/healthz/ready"
+        url = f"http://{host}:{port}/healthz/ready"
         with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=1) as answer:
             if answer.status == 200:
                 return

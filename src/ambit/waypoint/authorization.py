@@ -32,6 +32,7 @@ Rules:
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from typing import TYPE_CHECKING
@@ -121,7 +122,13 @@ def normalize_path(target: str) -> str:
     return _remove_dot_segments(_ESCAPE.sub(_decode_unreserved, path))
 
 
+_UNSPECIFIED = ipaddress.ip_address("0.0.0.0")
+
+
+@functools.lru_cache(maxsize=1024)
 def _ip(text: str) -> IPAddress | None:
+    """``text`` as an address, or None; remembered for the most recent texts (a connection's every request asks for
+    the same two, and parsing one costs more than the rest of :func:`connection_of`)."""
     try:
         return ipaddress.ip_address(text)
     except ValueError:
@@ -140,8 +147,7 @@ def connection_of(tunnel: Tunnel) -> Connection:
         destination = _ip(host)
     else:
         destination = target.ip
-    unspecified = ipaddress.ip_address("0.0.0.0")
-    return Connection(_ip(source_text) or unspecified, tunnel.peer_identity, destination or unspecified, target.port)
+    return Connection(_ip(source_text) or _UNSPECIFIED, tunnel.peer_identity, destination or _UNSPECIFIED, target.port)
 
 
 def request_of(

@@ -8,7 +8,10 @@ HBONE pool, telemetry and admin endpoints) that, instead of an HBONE listener, s
 
 - Each port of the config is bound on every address of the pod (``INSTANCE_IP`` and ``INSTANCE_IPS``: a dual-stack
   pod's IPv4 and IPv6, as Envoy's listeners are) when a config names it and closed when none does.
-  Connections on an HTTPS port are TLS-terminated (:mod:`ambit.waypoint.ingress_tls`): the client's server name
+  Connections on an HTTPS port are TLS-terminated (:mod:`ambit.waypoint.ingress_tls`) on the socket TLS transport
+  (:func:`~ambit.tls.socket_transport.open_tls`, its records in C where this process runs the native accelerator,
+  :mod:`ambit.native`) and read and written through the stream that is its protocol
+  (:class:`~ambit.proxy.transport_stream.TransportStream`): the client's server name
   (SNI) picks the listener (:class:`~ambit.waypoint.ingress_routing.IngressRouter`) and, among that listener's
   certificates, the first whose names cover it (an ``ISTIO_MUTUAL`` listener: the gateway's own mesh
   certificate); ALPN offers ``h2`` then ``http/1.1``. A mutual-TLS listener's client is judged after the
@@ -94,6 +97,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ambit import native
 from ambit.model.identity import SpiffeId
 from ambit.model.ingress import GatewayConfig, IngressListener, ListenerProtocol
 from ambit.model.localconfig import parse_local_config
@@ -103,8 +107,10 @@ from ambit.model.workload import ApplicationTunnel, AppProtocol, Service, Tunnel
 from ambit.proxy.admission import ListenerGate, Refusal, Ticket, refusal_reporter
 from ambit.proxy.sockets import close_when_done, reset
 from ambit.proxy.streams import ByteStream, SocketStream
+from ambit.proxy.transport_stream import TransportStream
 from ambit.telemetry.metrics import Reporter
 from ambit.tls.client_auth import ClientRefused
+from ambit.tls.socket_transport import open_tls
 from ambit.tls.workload import WorkloadCertificate
 from ambit.waypoint.client_cert import ClientCertificate
 from ambit.waypoint.context import Tunnel
@@ -136,54 +142,6 @@ __all__ = ["IngressGateway", "run_gateway"]
 log = logging.getLogger("ambit.waypoint.ingress")
 
 CONFIG_TASK = "gateway config"
-
-
-class _TransportStream:
-    """A :class:`~ambit.proxy.streams.ByteStream` over an asyncio stream pair (the TLS-terminated downstream)."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._reader = reader
-        self._writer = writer
-
-    async def read(self) -> bytes:
-        return await self._reader.read(256 * 1024)
-
-    async def write(self, data: bytes | memoryview) -> None:
-        self._writer.write(bytes(data))
-        await self._writer.drain()
-
-    close_on_eof = False
-    """Serving HTTP: TLS has no half-close, so our end is its close_notify, sent by closing (asyncio then waits for
-    the client's, dropping what else comes): a client reading to EOF gets it at once, not after the HTTP/1.1
-    lingering close's bound. A relay (TLS_TERMINATE) keeps the connection open for the client's rest instead."""
-
-    def write_eof(self) -> None:
-        if self._writer.can_write_eof():
-            self._writer.write_eof()
-        elif self.close_on_eof:
-            self._writer.close()
-
-    def abort(self) -> None:
-        self._writer.transport.abort()
-
-    async def aclose(self) -> None:
-        self._writer.close()
-        with contextlib.suppress(Exception):
-            await self._writer.wait_closed()
-
-
-async def _accept_tls(
-    sock: socket.socket, context: ssl.SSLContext, handshake_timeout: float
-) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """Terminate TLS on an accepted socket (the caller's deadline bounds it; ``handshake_timeout`` is asyncio's
-    own, from the handshake's start)."""
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=256 * 1024)
-    protocol = asyncio.StreamReaderProtocol(reader)
-    transport, _ = await loop.connect_accepted_socket(
-        lambda: protocol, sock, ssl=context, ssl_handshake_timeout=handshake_timeout
-    )
-    return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
 
 
 class IngressGateway(Waypoint):
@@ -384,10 +342,11 @@ class IngressGateway(Waypoint):
         self._sync_ports()
         self._tasks.append(asyncio.create_task(self._housekeeping(), name="gateway housekeeping"))
         log.info(
-            "gateway %s is running (HBONE TLS transport %s, TLS records: %s)",
+            "gateway %s is running (HBONE TLS transport %s, TLS records: %s; listeners' TLS records: %s)",
             self.identity,
             self.settings.tls_transport,
             hbone_tls_records(self.settings),
+            native.selection().describe(),
         )
 
     async def _accept_port(self, listener: socket.socket, port: int) -> None:
@@ -521,32 +480,37 @@ class IngressGateway(Waypoint):
         if tls is not None:
             if tls.default is None:
                 return
+            tls_stream = TransportStream()
             try:
-                reader, writer = await _accept_tls(sock, tls.default, self.settings.limits.handshake_timeout)
-            except (OSError, ssl.SSLError, TimeoutError) as exc:
+                transport, _ = await open_tls(
+                    lambda: tls_stream,
+                    sock,
+                    tls.default,
+                    server_side=True,
+                    handshake_timeout=self.settings.limits.handshake_timeout,
+                )
+            except (OSError, TimeoutError) as exc:  # ssl.SSLError among the OSErrors
                 log.info("TLS handshake from %s:%d on :%d failed: %s", peer[0], peer[1], port, exc)
                 return
-            tls_object = writer.get_extra_info("ssl_object")
-            admitted = tls.admit(tls_object) if isinstance(tls_object, ssl.SSLObject) else None
+            tls_object = transport.get_extra_info("ssl_object")
+            admitted = tls.admit(tls_object) if isinstance(tls_object, ssl.SSLSocket) else None
             if not isinstance(admitted, Admitted) or (expected and admitted.listener != expected):
                 reason = admitted.reason if isinstance(admitted, ClientRefused) else "no TLS session"
                 if isinstance(admitted, Admitted):
                     reason = "the handshake picked another listener than the ClientHello's server name"
                 self.connection_refusals["client tls"] += 1
                 log.info("client %s:%d on :%d refused: %s", peer[0], peer[1], port, reason)
-                writer.transport.abort()
+                transport.abort()
                 return
             established()  # the handshake's place is free; the first request head has its own deadline
             deadline.reschedule(loop.time() + self.settings.limits.request_headers_timeout)
             first_request = functools.partial(deadline.reschedule, None)
-            assert isinstance(tls_object, ssl.SSLObject)
             listener_name = admitted.listener
             if admitted.verdict.identity is not None or proxied is None:
                 client = admitted.verdict.identity
                 mtls = admitted.mutual
             client_certificate = admitted.client_certificate
             h2 = tls_object.selected_alpn_protocol() == "h2"
-            stream = _TransportStream(reader, writer)
             prefix = b""
             served = next((item for item in self.router.listeners_on(port) if item.name == listener_name), None)
             if served is not None:
@@ -555,10 +519,11 @@ class IngressGateway(Waypoint):
                 deadline.reschedule(None)  # a relay: no request head to wait for
                 peer_text = f"{peer[0]}:{peer[1]}"
                 await self._relay_terminated(
-                    stream, port, listener_name, peer_text, local, client, mtls, admitted.server_name
+                    tls_stream, port, listener_name, peer_text, local, client, mtls, admitted.server_name
                 )
                 return
-            stream.close_on_eof = True
+            tls_stream.close_on_eof = True
+            stream = tls_stream
         else:
             stream = SocketStream(sock)
             prefix, spoken = await read_preface(stream, self.settings.limits.sniff_timeout)
@@ -642,7 +607,7 @@ class IngressGateway(Waypoint):
 
     async def _relay_terminated(
         self,
-        stream: _TransportStream,
+        stream: TransportStream,
         port: int,
         listener_name: str,
         peer: str,

@@ -4,7 +4,8 @@ ends with is served.
 Theory of operation: one :class:`PortTls` per HTTPS port, built with each
 :class:`~ambit.model.ingress.GatewayConfig` (a new config replaces it whole; handshakes under way keep theirs).
 Every connection starts on the port's dispatch context (:func:`~ambit.tls.contexts.edge_dispatch_context`); its
-server-name callback picks the listener (:meth:`~ambit.waypoint.ingress_routing.IngressRouter.pick_listener`) and
+server-name callback (given the connection's ``SSLSocket`` on the socket TLS transport, an ``SSLObject`` on the
+loop's) picks the listener (:meth:`~ambit.waypoint.ingress_routing.IngressRouter.pick_listener`) and
 switches to that listener's context: for ``SIMPLE``, ``MUTUAL`` and ``OPTIONAL_MUTUAL`` the first of its
 certificates whose names cover the server name (else its first), a ``MUTUAL`` or ``OPTIONAL_MUTUAL`` one trusting
 the listener's CA; for ``ISTIO_MUTUAL`` the context of the gateway's current mesh certificate (built once per
@@ -82,6 +83,9 @@ log = logging.getLogger("ambit.waypoint.ingress")
 
 MeshCertificate = Callable[[], WorkloadCertificate | None]
 """The gateway's current mesh certificate, or None before the first one arrives."""
+TlsSession = ssl.SSLSocket | ssl.SSLObject
+"""One connection's TLS: the socket transport's ``SSLSocket`` (what the server-name callback gets for it too), or an
+``SSLObject`` of the loop's own TLS."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +181,7 @@ def _bound(context: ssl.SSLContext, tls: ListenerTls) -> None:
 _VERSIONS = {"TLSv1.2": 0x0303, "TLSv1.3": 0x0304}
 
 
-def _outside(tls: ListenerTls, session: ssl.SSLObject) -> str | None:
+def _outside(tls: ListenerTls, session: TlsSession) -> str | None:
     """Why the negotiated version or cipher suite is outside ``tls``'s bounds, or None (rule 4)."""
     version = _VERSIONS.get(session.version() or "", 0)
     if not version or version < (tls.min_version or 0x0303) or version > (tls.max_version or 0x0304):
@@ -238,7 +242,7 @@ class PortTls:
                     self._paired[listener.name] = paired
                     first_uris, second_uris = (self._served_uris[c] for _, c in loaded)
                     self._served_uris[paired] = tuple(u for u in first_uris if u in second_uris)
-        self.picked: weakref.WeakKeyDictionary[ssl.SSLObject, _Picked] = weakref.WeakKeyDictionary()
+        self.picked: weakref.WeakKeyDictionary[TlsSession, _Picked] = weakref.WeakKeyDictionary()
         """The listener each handshake's server name picked; an entry goes with its TLS session, so handshakes
         that fail after the callback leave nothing behind."""
         first = next(iter(self.by_listener), None)
@@ -270,7 +274,7 @@ class PortTls:
             self._mesh_context = cached
         return cached[1], cached[2]
 
-    def _sni(self, tls: ssl.SSLObject, server_name: str | None, _: ssl.SSLContext) -> int | None:
+    def _sni(self, tls: TlsSession, server_name: str | None, _: ssl.SSLContext) -> int | None:
         listener = self.router.pick_listener(self.port, server_name or "")
         if listener is not None and listener.name in self._istio_mutual:
             found = self._mesh_context_now()
@@ -298,7 +302,7 @@ class PortTls:
         self.picked[tls] = _Picked(listener, self._anchors[listener.name], name, by)
         return None
 
-    def admit(self, tls: ssl.SSLObject) -> Admitted | ClientRefused:
+    def admit(self, tls: TlsSession) -> Admitted | ClientRefused:
         """Rule 4, once the handshake is done."""
         picked = self.picked.pop(tls, None)
         if picked is None:
