@@ -94,6 +94,7 @@ from ambit.controlplane.translate.waypoints import WAYPOINT_BOUND, WAYPOINT_MISS
 from ambit.controlplane.untaint import NodeUntainter
 from ambit.controlplane.view import ClusterView, ClusterViewSettings
 from ambit.controlplane.webhook.serving import WebhookManager
+from ambit.heap import ChurningHeap
 from ambit.k8s import EventRecorder, EventRecorderSettings, KubeClient, KubeClientSettings, kinds
 from ambit.model.localconfig import LocalConfig
 from ambit.model.routes import WaypointConfig
@@ -303,6 +304,9 @@ class ControlPlane:
             ),
         )
         self._skip_memory = SkipMemory()
+        self.heap = ChurningHeap()
+        """The collector kept off the caches and the translation (:mod:`ambit.heap`): a full collection of ~1 GiB
+        of objects held every push for a second or more (issue 22)."""
         self._envoy_notes: set[PatchNote] = set()
         self.gateways: GatewayController | None = None
         if settings.deploy_waypoints:
@@ -342,6 +346,7 @@ class ControlPlane:
 
     def _config_changed(self, config: LocalConfig) -> None:
         self._change_started()
+        self.heap.changed()  # the translation the tables are about to hold is long-lived: out of the collector's walk
         self.metrics.set_services(len(config.services))
         changes, self._workload_changes = self._workload_changes, None
         previous, self._applied = self._applied, None
@@ -644,6 +649,7 @@ class ControlPlane:
         await self.webhook.start(root)
 
     async def aclose(self) -> None:
+        self.heap.close()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

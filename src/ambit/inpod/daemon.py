@@ -42,6 +42,7 @@ from ambit import native
 from ambit.dns.resolvconf import ResolvConf
 from ambit.dns.settings import DnsServerSettings, Upstream
 from ambit.errors import AmbitError
+from ambit.heap import HeapSettler
 from ambit.identity.istiod import IstiodCaClient
 from ambit.identity.localca import LocalCa
 from ambit.identity.manager import CaClient, CertificateManager
@@ -56,7 +57,6 @@ from ambit.inpod.drain import (
     StopAccepting,
     SuccessorChanged,
 )
-from ambit.inpod.heap import HeapSettler
 from ambit.inpod.localstate import LocalConfigWatcher
 from ambit.inpod.resolvers import read_resolv_conf, upstream_of
 from ambit.inpod.self_inbound import SelfInbound
