@@ -64,6 +64,7 @@ from bench.waypoint_loopback import (
     Result,
     memory_mib,
     status_field,
+    stop_child,
     wait_ready,
 )
 
@@ -350,13 +351,7 @@ async def run(args: argparse.Namespace, directory: Path) -> list[Result]:
         for protocol in args.protocols.split(","):
             results.append(await drive(connect, protocol, args, child.pid))
     finally:
-        child.send_signal(signal.SIGTERM)
-        await asyncio.sleep(0.5)
-        child.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.to_thread(child.wait, 20)
-        except subprocess.TimeoutExpired:
-            child.kill()
+        await stop_child(child)
         await endpoint.aclose()
     return results
 

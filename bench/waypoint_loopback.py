@@ -504,15 +504,20 @@ async def run(args: argparse.Namespace, directory: Path) -> list[Result]:
             finally:
                 await client.aclose()
     finally:
-        child.send_signal(signal.SIGTERM)
-        await asyncio.sleep(0.5)
-        child.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.to_thread(child.wait, 20)
-        except subprocess.TimeoutExpired:
-            child.kill()
+        await stop_child(child)
         await endpoint.aclose()
     return results
+
+
+async def stop_child(child: subprocess.Popen[bytes]) -> None:
+    """End the proxy under test: SIGTERM twice (the second skips its drain), then SIGKILL after 20 s."""
+    child.send_signal(signal.SIGTERM)
+    await asyncio.sleep(0.5)
+    child.send_signal(signal.SIGTERM)
+    try:
+        await asyncio.to_thread(child.wait, 20)
+    except subprocess.TimeoutExpired:
+        child.kill()
 
 
 def main() -> None:

@@ -43,6 +43,19 @@ log = logging.getLogger(__name__)
 DEFAULT_SETTLE = 2.0
 
 
+def settle_now(level: int) -> float:
+    """A settle (``unfreeze``, a full collection, ``freeze``), logged at ``level``; the seconds it held the loop."""
+    started = time.perf_counter()
+    gc.unfreeze()
+    found = gc.collect()
+    gc.freeze()
+    pause = time.perf_counter() - started
+    log.log(
+        level, "heap settled in %.1f ms: %d unreachable, %d objects frozen", pause * 1e3, found, gc.get_freeze_count()
+    )
+    return pause
+
+
 class HeapSettler:
     """Call :meth:`changed` on every configuration change; the settle runs on the event loop, debounced."""
 
@@ -64,18 +77,8 @@ class HeapSettler:
 
     def _run(self) -> None:
         self._timer = None
-        started = time.perf_counter()
-        gc.unfreeze()
-        found = gc.collect()
-        gc.freeze()
-        self.last_pause = time.perf_counter() - started
+        self.last_pause = settle_now(logging.DEBUG)
         self.settles += 1
-        log.debug(
-            "heap settled in %.1f ms: %d unreachable, %d objects frozen",
-            self.last_pause * 1e3,
-            found,
-            gc.get_freeze_count(),
-        )
 
     def close(self) -> None:
         if self._timer is not None:
@@ -120,19 +123,9 @@ class ChurningHeap:
 
     def _run(self) -> None:
         self._timer = None
-        started = time.perf_counter()
-        gc.unfreeze()
-        found = gc.collect()
-        gc.freeze()
-        self.last_pause = time.perf_counter() - started
+        self.last_pause = settle_now(logging.INFO)
         self._settled_at = self._clock()
         self.settles += 1
-        log.info(
-            "heap settled in %.0f ms: %d unreachable, %d objects frozen",
-            self.last_pause * 1e3,
-            found,
-            gc.get_freeze_count(),
-        )
 
     def close(self) -> None:
         if self._timer is not None:
