@@ -63,6 +63,7 @@ from bench.waypoint_loopback import (
     EchoEndpoint,
     Result,
     memory_mib,
+    paced_calls,
     status_field,
     stop_child,
     wait_ready,
@@ -265,27 +266,10 @@ async def drive(
     clients = [await connect(protocol) for _ in range(args.connections)]
     for _ in range(WARMUP_REQUESTS // args.connections):
         await asyncio.gather(*(c.call() for c in clients))
-    latencies: list[float] = []
-    loop = asyncio.get_running_loop()
-    interval = args.connections / args.rate
-    began = loop.time()
-    deadline = began + args.seconds
-    per_connection = args.requests // args.connections
-
-    async def paced(index: int, client: Http1Client | Http2Client) -> None:
-        due = began + index * interval / args.connections
-        for _ in range(per_connection):
-            if (now := loop.time()) < due:
-                await asyncio.sleep(due - now)
-            if loop.time() > deadline:
-                return
-            sent = loop.time()
-            await client.call()
-            latencies.append(loop.time() - sent)
-            due += interval
-
     cpu_before, switches_before = cpu_seconds([pid]), status_field(pid, "voluntary_ctxt_switches")
-    await asyncio.gather(*(paced(i, c) for i, c in enumerate(clients)))
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    latencies = await paced_calls([c.call for c in clients], args.rate, args.requests, args.seconds)
     cpu = cpu_seconds([pid]) - cpu_before
     wakeups = status_field(pid, "voluntary_ctxt_switches") - switches_before
     seconds = loop.time() - began

@@ -61,6 +61,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -393,6 +394,34 @@ def memory_mib(pid: int, field: str) -> float:
     return status_field(pid, field) / 1024
 
 
+async def paced_calls(
+    calls: list[Callable[[], Awaitable[object]]], rate: float, requests: int, seconds: float
+) -> list[float]:
+    """``requests`` calls spread over ``calls`` (one connection or tunnel each, one call in flight on each), paced
+    to ``rate`` per second in all, staggered, for at most ``seconds``: the latency of each, in seconds."""
+    latencies: list[float] = []
+    loop = asyncio.get_running_loop()
+    interval = len(calls) / rate
+    began = loop.time()
+    deadline = began + seconds
+    per_call = requests // len(calls)
+
+    async def paced(index: int, call: Callable[[], Awaitable[object]]) -> None:
+        due = began + index * interval / len(calls)
+        for _ in range(per_call):
+            if (now := loop.time()) < due:
+                await asyncio.sleep(due - now)
+            if loop.time() > deadline:
+                return
+            sent = loop.time()
+            await call()
+            latencies.append(loop.time() - sent)
+            due += interval
+
+    await asyncio.gather(*(paced(i, c) for i, c in enumerate(calls)))
+    return latencies
+
+
 async def drive(client: HboneClient, protocol: str, args: argparse.Namespace, pid: int, gc_file: Path | None) -> Result:
     tunnels = []
     for _ in range(args.tunnels):
@@ -400,28 +429,11 @@ async def drive(client: HboneClient, protocol: str, args: argparse.Namespace, pi
         tunnels.append(Http1Tunnel(stream) if protocol == "http1" else Http2Tunnel(stream))
     for _ in range(WARMUP_REQUESTS // args.tunnels):
         await asyncio.gather(*(t.call() for t in tunnels))
-    latencies: list[float] = []
-    loop = asyncio.get_running_loop()
-    interval = args.tunnels / args.rate
-    began = loop.time()
-    deadline = began + args.seconds
-    per_tunnel = args.requests // args.tunnels
-
-    async def paced(index: int, tunnel: Http1Tunnel | Http2Tunnel) -> None:
-        due = began + index * interval / args.tunnels
-        for _ in range(per_tunnel):
-            if (now := loop.time()) < due:
-                await asyncio.sleep(due - now)
-            if loop.time() > deadline:
-                return
-            sent = loop.time()
-            await tunnel.call()
-            latencies.append(loop.time() - sent)
-            due += interval
-
     gc_before = await asyncio.to_thread(collections_now, pid, gc_file) if gc_file else None
     cpu_before, switches_before = cpu_seconds([pid]), status_field(pid, "voluntary_ctxt_switches")
-    await asyncio.gather(*(paced(i, t) for i, t in enumerate(tunnels)))
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    latencies = await paced_calls([t.call for t in tunnels], args.rate, args.requests, args.seconds)
     cpu = cpu_seconds([pid]) - cpu_before
     wakeups = status_field(pid, "voluntary_ctxt_switches") - switches_before
     collections, collection_cpu = (0, 0, 0), (0.0, 0.0, 0.0)
