@@ -405,17 +405,8 @@ async def test_data_that_came_with_the_handshakes_last_flight_is_delivered_witho
     client, server = await tcp_pair()
     protocol = Sink()
     serving = loop.create_task(served(certs, server, protocol, read_ahead=read_ahead))
-    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-    tls = certs.client.client_context().wrap_bio(incoming, outgoing)
     try:
-        while True:
-            try:
-                tls.do_handshake()
-                break
-            except ssl.SSLWantReadError:
-                if out := outgoing.read():
-                    await loop.sock_sendall(client, out)
-                incoming.write(await loop.sock_recv(client, 65536))
+        tls, outgoing = await hand_handshake(client, certs.client.client_context())
         tls.write(b"early")
         await loop.sock_sendall(client, outgoing.read())  # Finished and the record, in one segment
         async with asyncio.timeout(5):
