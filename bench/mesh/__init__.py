@@ -6,7 +6,8 @@ bench``) brings up a 2-node lab with the mesh and measures every scenario in eve
 same run.
 
 Scenarios, in the order they run: bulk throughput (iperf3, 1 and 4 streams; also same node in the full profile);
-request/response latency (sockperf, 14 B and 1 KiB, closed loop; a fixed rate and same node in the full profile);
+request/response latency (sockperf, 14 B and 1 KiB, closed loop, each node's processes on a vCPU of its own; the
+same closed loop unpinned, 14 B, and 1 KiB in the full profile; a fixed rate and same node in the full profile);
 new connections per second with a 1-byte echo, pooled (the node proxies' defaults: a new connection is an HTTP/2
 stream on a pooled mutual-TLS connection); the same with cold handshakes (the node proxies restarted with
 ``--pool-max-streams=1 --pool-idle-timeout=0``, so each connection is a full mutual-TLS handshake; ambit against

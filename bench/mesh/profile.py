@@ -29,6 +29,9 @@ class Profile:
     streams: tuple[int, ...] = (1, 4)
     rr_sizes: tuple[int, ...] = (14, 1024)
     """Request/response payload bytes; 14 is sockperf's smallest message (its header), the nearest to 1 byte."""
+    unpinned_sizes: tuple[int, ...] = (14,)
+    """Payload bytes of the closed-loop latency scenario measured again with every process left to the scheduler
+    (no vCPU per node): the issue's targets hold "both pinned and unpinned"; () leaves it out."""
     fixed_rate: int = 0
     """Messages per second for the open-loop latency scenario; 0 leaves it out."""
     same_node: bool = False
@@ -43,7 +46,15 @@ class Profile:
 
 
 PROFILES = {
-    "smoke": Profile("smoke", repeats=1, bulk_seconds=1, rr_seconds=1, rate_seconds=1, idle_counts=(20,), streams=(1,)),
+    "smoke": Profile(
+        "smoke",
+        repeats=1,
+        bulk_seconds=1,
+        rr_seconds=1,
+        rate_seconds=1,
+        idle_counts=(20,),
+        streams=(1,),
+    ),
     "short": Profile(
         "short", repeats=3, bulk_seconds=2, rr_seconds=1, rate_seconds=1.5, idle_counts=(200,), cold_seconds=1
     ),
@@ -54,6 +65,7 @@ PROFILES = {
         rr_seconds=4,
         rate_seconds=4,
         idle_counts=(1000, 10000),
+        unpinned_sizes=(14, 1024),
         fixed_rate=1000,
         same_node=True,
         idle_repeats=2,

@@ -84,7 +84,8 @@ NOTES = [
     "and the sockperf servers on vCPU 1 (same-node: all on vCPU 0). Left to the scheduler, a round trip's four "
     "processes were placed differently per mode and per rate: at a fixed rate nearly every wake-up landed on the "
     "waker's vCPU, so a proxy's work after its send delayed the next hop, and sockperf's under-load client, which "
-    "busy-waits between sends, held up whatever shared its vCPU until the next scheduler tick.",
+    "busy-waits between sends, held up whatever shared its vCPU until the next scheduler tick. The 'unpinned' "
+    "closed-loop scenarios measure the same round trips with every process left to the scheduler.",
 ]
 
 
@@ -357,6 +358,9 @@ def measure(profile: Profile, lab: BenchLab, procs: Processes, tmp: Path, log: C
             interleave(name, local, partial(scenarios.latency, scenario=name, size=14, seconds=profile.rr_seconds))
     finally:
         pin_nodes(lab, tunnels, on=False)
+    for size in profile.unpinned_sizes:
+        name = f"request/response {size} B, closed loop, unpinned"
+        interleave(name, cross, partial(scenarios.latency, scenario=name, size=size, seconds=profile.rr_seconds))
     name = "new connections, 1-byte echo"
     run = partial(
         scenarios.connection_rate, scenario=name, seconds=profile.rate_seconds, concurrency=profile.rate_concurrency

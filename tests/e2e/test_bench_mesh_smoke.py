@@ -35,7 +35,8 @@ def test_the_smoke_profile_writes_a_table_per_scenario_latest_json_and_a_png(
     assert "| Metric | Mode | Median | Min–max | Unit | ×direct | +direct | ×stunnel | Proxy CPU |" in table
     for scenario in (
         "bulk, 1 stream",
-        "request/response 14 B",
+        "request/response 14 B, closed loop",
+        "request/response 14 B, closed loop, unpinned",
         "new connections",
         COLD_SCENARIO,
         "20 idle connections",
