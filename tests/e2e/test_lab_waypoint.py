@@ -269,6 +269,9 @@ def test_service_traffic_goes_through_the_waypoint_at_l7(lab: Lab) -> None:
     assert waypoint_requests(lab) >= before + 5
     bound = condition(lab.get("service", "echo", "-n", NS), "istio.io/WaypointBound")
     assert bound.get("status") == "True", bound
+    # The deployed waypoint speaks HBONE on the socket TLS transport, as the node proxy does (its pod's environment).
+    logs = lab.kubectl("logs", "-n", NS, "-l", WAYPOINT, "--tail=-1", check=False).stdout
+    assert "TLS transport socket" in logs, logs[-2000:]
 
 
 def test_requests_on_one_service_are_spread_over_its_endpoints(lab: Lab) -> None:

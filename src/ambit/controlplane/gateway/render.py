@@ -218,6 +218,10 @@ def _container(
                 "value": f"kubernetes://apis/apps/v1/namespaces/{namespace}/deployments/{name}",
             },
             {"name": "ISTIO_META_MESH_ID", "value": settings.trust_domain},
+            # HBONE on the socket TLS transport with its records and DATA frames in C where they load, as the node
+            # proxy runs it (the waypoint's loopback bench: 2-4 % less CPU per saturated request, the same at 1,000/s).
+            {"name": "HBONE_TLS_TRANSPORT", "value": "socket"},
+            {"name": "AMBIT_NATIVE_DATA", "value": "1"},
         ],
         "ports": [
             {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
