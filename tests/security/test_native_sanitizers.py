@@ -23,6 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 SANITIZE = "-fsanitize=address,undefined -fno-omit-frame-pointer"
 TESTS = [
     "tests/security/test_tls_native_records.py",
+    "tests/security/test_tls_read_pump.py",
     "tests/unit/test_hbone_native_data.py",
     "tests/unit/test_hbone_fast_paths.py",
     "-k",

@@ -479,6 +479,230 @@ static PyTypeObject RecordsType = {
     .tp_members = Records_members,
 };
 
+/* ---------------------------------------------------------------- ReadPump
+ *
+ * The read callback of a native transport whose protocol gave it a feed (issue 23: the HBONE session's DataPath),
+ * registered with the loop in place of the transport's Python _read_ready. In the steady state of a relayed
+ * connection it does what _read_ready does with no Python frame: one Records.read, the plaintext to the feed, and
+ * nothing else when the feed took all of it, the read ended waiting for the poller (READ_AGAIN) and no ciphertext
+ * was held or released by it. Everything else is the transport's, from the exact point reached:
+ *
+ *   - a transport that must not read now (lost, draining, paused, EOF seen, a write waiting for a read or a read
+ *     for a write: what its _read_deferred checks): its _read_ready, which does what is due instead; nothing read;
+ *   - an OSError of the read: its _fail(exc); any exception of the feed: its _protocol_failed(exc) (an Exception;
+ *     anything else propagates, as from Python);
+ *   - what the feed did not take, another status, or a change in what is held: its _after_read(rest, status,
+ *     error), the tail of _read_ready.
+ *
+ * The transport stays the one owner of its state: the pump reads its flags before each read and keeps none. It holds
+ * the transport (a cycle the transport breaks when it finishes, and which the collector can see). The GIL is held. */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *transport; /* the NativeTlsSocketTransport */
+    PyObject *records;   /* its Records (exactly that type) */
+    PyObject *feed;      /* the protocol's feed (DataPath.feed) */
+    PyObject *limit;     /* the read limit, as an int */
+} ReadPump;
+
+static PyObject *s_lost, *s_draining, *s_read_paused, *s_eof, *s_write_wants_read, *s_read_wants_write,
+    *s_read_ready, *s_after_read, *s_fail, *s_protocol_failed, *s_backlog, *s_held;
+
+
+static PyObject *ReadPump_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyObject *transport, *records, *feed, *limit;
+    static char *keywords[] = {"transport", "records", "feed", "limit", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO!OO!:ReadPump", keywords, &transport, &RecordsType, &records,
+                                     &feed, &PyLong_Type, &limit))
+        return NULL;
+    if (!PyCallable_Check(feed)) {
+        PyErr_SetString(PyExc_TypeError, "feed must be callable");
+        return NULL;
+    }
+    Py_ssize_t size = PyLong_AsSsize_t(limit);
+    if (size == -1 && PyErr_Occurred())
+        return NULL;
+    if (size < 1 || size > READ_MAX) {
+        PyErr_Format(PyExc_ValueError, "read limit %zd out of 1..%d", size, READ_MAX);
+        return NULL;
+    }
+    ReadPump *self = (ReadPump *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->transport = Py_NewRef(transport);
+    self->records = Py_NewRef(records);
+    self->feed = Py_NewRef(feed);
+    self->limit = Py_NewRef(limit);
+    return (PyObject *)self;
+}
+
+static int ReadPump_traverse(ReadPump *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->transport);
+    Py_VISIT(self->records);
+    Py_VISIT(self->feed);
+    Py_VISIT(self->limit);
+    return 0;
+}
+
+static int ReadPump_clear(ReadPump *self)
+{
+    Py_CLEAR(self->transport);
+    Py_CLEAR(self->records);
+    Py_CLEAR(self->feed);
+    Py_CLEAR(self->limit);
+    return 0;
+}
+
+static void ReadPump_dealloc(ReadPump *self)
+{
+    PyObject_GC_UnTrack(self);
+    ReadPump_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* An attribute's truth: 1, 0, or -1 with an exception set. */
+static int attr_true(PyObject *obj, PyObject *name)
+{
+    PyObject *value = PyObject_GetAttr(obj, name);
+    if (value == NULL)
+        return -1;
+    int truth = PyObject_IsTrue(value);
+    Py_DECREF(value);
+    return truth;
+}
+
+/* Call transport.<name>(exc) with the raised exception, as an except clause would: sys.exc_info() is exc during the
+ * call (its handler may log it with its traceback). NULL if that call failed. */
+static PyObject *hand_exception(PyObject *transport, PyObject *name)
+{
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyErr_NormalizeException(&type, &value, &traceback);
+    if (value == NULL) { /* never after a failed call; kept safe */
+        Py_XDECREF(type);
+        Py_XDECREF(traceback);
+        PyErr_SetString(PyExc_SystemError, "an exception was expected");
+        return NULL;
+    }
+    if (traceback != NULL)
+        PyException_SetTraceback(value, traceback);
+    PyObject *outer_type, *outer_value, *outer_traceback;
+    PyErr_GetExcInfo(&outer_type, &outer_value, &outer_traceback);
+    PyErr_SetExcInfo(type, Py_NewRef(value), traceback); /* steals type and traceback */
+    PyObject *result = PyObject_CallMethodOneArg(transport, name, value);
+    PyErr_SetExcInfo(outer_type, outer_value, outer_traceback);
+    Py_DECREF(value);
+    return result;
+}
+
+static PyObject *ReadPump_call(ReadPump *self, PyObject *args, PyObject *kwargs)
+{
+    if ((args != NULL && PyTuple_GET_SIZE(args) != 0) || (kwargs != NULL && PyDict_GET_SIZE(kwargs) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "a ReadPump takes no arguments");
+        return NULL;
+    }
+    PyObject *transport = self->transport;
+    if (transport == NULL) /* cleared by the collector: nothing to read for */
+        Py_RETURN_NONE;
+    Py_INCREF(transport); /* the calls below may finish the transport, which lets this pump go */
+    PyObject *result = NULL;
+    /* What _read_deferred checks, in its order. */
+    PyObject *const flags[] = {s_lost, s_write_wants_read, s_draining, s_read_paused, s_read_wants_write, s_eof};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
+        int set = attr_true(transport, flags[i]);
+        if (set < 0)
+            goto done;
+        if (set) {
+            result = PyObject_CallMethodNoArgs(transport, s_read_ready);
+            goto done;
+        }
+    }
+    Records *records = (Records *)self->records;
+    PyObject *read = Records_read(records, self->limit);
+    if (read == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_OSError))
+            result = hand_exception(transport, s_fail);
+        goto done;
+    }
+    PyObject *data = Py_NewRef(PyTuple_GET_ITEM(read, 0)), *status = PyTuple_GET_ITEM(read, 1),
+             *error = PyTuple_GET_ITEM(read, 2);
+    if (data != Py_None) {
+        PyObject *taken = PyObject_CallOneArg(self->feed, data);
+        if (taken == NULL) {
+            Py_DECREF(data);
+            if (PyErr_ExceptionMatches(PyExc_Exception))
+                result = hand_exception(transport, s_protocol_failed);
+            Py_DECREF(read);
+            goto done;
+        }
+        Py_ssize_t n = PyLong_AsSsize_t(taken);
+        Py_DECREF(taken);
+        Py_ssize_t length = PyBytes_GET_SIZE(data);
+        int lost = n == -1 && PyErr_Occurred() ? -1 : attr_true(transport, s_lost);
+        if (lost != 0 || n < 0 || n > length) {
+            Py_DECREF(data);
+            Py_DECREF(read);
+            if (lost == 0)
+                PyErr_Format(PyExc_ValueError, "the feed took %zd octets of %zd", n, length);
+            else if (lost > 0)
+                result = Py_NewRef(Py_None); /* the feed's sink ended the connection */
+            goto done;
+        }
+        if (n == length) {
+            Py_SETREF(data, Py_NewRef(Py_None));
+        } else if (n > 0) {
+            Py_SETREF(data, PyBytes_FromStringAndSize(PyBytes_AS_STRING(data) + n, length - n));
+            if (data == NULL) {
+                Py_DECREF(read);
+                goto done;
+            }
+        }
+    }
+    if (data == Py_None && PyLong_AsLong(status) == READ_AGAIN) {
+        /* The transport's flow control follows what the records hold (its backlog's held): unchanged, done. */
+        Py_ssize_t told = -1;
+        PyObject *backlog = PyObject_GetAttr(transport, s_backlog);
+        PyObject *held = backlog == NULL ? NULL : PyObject_GetAttr(backlog, s_held);
+        Py_XDECREF(backlog);
+        if (held != NULL) {
+            told = PyLong_AsSsize_t(held);
+            Py_DECREF(held);
+        }
+        if (told == -1 && PyErr_Occurred()) {
+            Py_DECREF(data);
+            Py_DECREF(read);
+            goto done;
+        }
+        if (told == records->held) {
+            Py_DECREF(data);
+            Py_DECREF(read);
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+    }
+    result = PyObject_CallMethodObjArgs(transport, s_after_read, data, status, error, NULL);
+    Py_DECREF(data);
+    Py_DECREF(read);
+done:
+    Py_DECREF(transport);
+    return result;
+}
+
+static PyTypeObject ReadPumpType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ambit.native._tls_records.ReadPump",
+    .tp_basicsize = sizeof(ReadPump),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = PyDoc_STR("ReadPump(transport, records, feed, limit): a native transport's read callback while its "
+                        "protocol has a feed (see tls_records.c)."),
+    .tp_new = ReadPump_new,
+    .tp_call = (ternaryfunc)ReadPump_call,
+    .tp_traverse = (traverseproc)ReadPump_traverse,
+    .tp_clear = (inquiry)ReadPump_clear,
+    .tp_dealloc = (destructor)ReadPump_dealloc,
+};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "_tls_records",
@@ -503,12 +727,33 @@ PyMODINIT_FUNC PyInit__tls_records(void)
     Py_DECREF(ssl_module);
     if (!SSLError || !SSLWantReadError || !SSLWantWriteError || !SSLZeroReturnError || !SSLEOFError)
         return NULL;
-    if (PyType_Ready(&RecordsType) < 0)
+    struct {
+        PyObject **slot;
+        const char *name;
+    } names[] = {
+        {&s_lost, "_lost"},
+        {&s_draining, "_draining"},
+        {&s_read_paused, "_read_paused"},
+        {&s_eof, "_eof"},
+        {&s_write_wants_read, "_write_wants_read"},
+        {&s_read_wants_write, "_read_wants_write"},
+        {&s_read_ready, "_read_ready"},
+        {&s_after_read, "_after_read"},
+        {&s_fail, "_fail"},
+        {&s_protocol_failed, "_protocol_failed"},
+        {&s_backlog, "_backlog"},
+        {&s_held, "held"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (*names[i].slot == NULL && (*names[i].slot = PyUnicode_InternFromString(names[i].name)) == NULL)
+            return NULL;
+    if (PyType_Ready(&RecordsType) < 0 || PyType_Ready(&ReadPumpType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
     if (PyModule_AddObjectRef(m, "Records", (PyObject *)&RecordsType) < 0 ||
+        PyModule_AddObjectRef(m, "ReadPump", (PyObject *)&ReadPumpType) < 0 ||
         PyModule_AddIntConstant(m, "READ_AGAIN", READ_AGAIN) < 0 ||
         PyModule_AddIntConstant(m, "READ_MORE", READ_MORE) < 0 ||
         PyModule_AddIntConstant(m, "READ_WANTS_WRITE", READ_WANTS_WRITE) < 0 ||

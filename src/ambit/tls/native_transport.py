@@ -82,6 +82,7 @@ class NativeTlsSocketTransport(TlsSocketTransport):
         self._again, self._more, self._eof_status = tls_records.READ_AGAIN, tls_records.READ_MORE, tls_records.READ_EOF
         self._wants_write_status = tls_records.READ_WANTS_WRITE
         self._feed: Callable[[bytes], int] | None = None  # see set_data_path
+        self._pump_type = tls_records.ReadPump
         super().__init__(loop, tls, protocol, None, reading=reading)  # connects the protocol, which may write at once
 
     def _holds_input(self) -> bool:
@@ -90,8 +91,16 @@ class NativeTlsSocketTransport(TlsSocketTransport):
     def set_data_path(self, feed: Callable[[bytes], int] | None) -> None:
         """Give each read's plaintext to ``feed`` first (a ``DataPath.feed`` of ``ambit.native._hbone_data``): it
         takes the DATA frames of attached streams at the start and says how many octets it took; the protocol's
-        ``data_received`` gets the rest. None: everything goes to ``data_received`` again."""
+        ``data_received`` gets the rest. None: everything goes to ``data_received`` again.
+
+        With a feed the loop calls a ``ReadPump`` (C) instead of :meth:`_read_ready`: the same read, and in the
+        steady state (the feed took every octet, nothing else to do) no Python frame at all; anything else goes to
+        :meth:`_read_ready` or :meth:`_after_read` from the point it reached."""
         self._feed = feed
+        self._read_pump = None if feed is None else self._pump_type(self, self._records, feed, READ_SIZE)
+        if self._reading:  # registered with the other callback: swap it
+            self._loop.remove_reader(self._fd)
+            self._loop.add_reader(self._fd, self._read_pump or self._read_ready)
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if self._closing or not data:
@@ -156,6 +165,13 @@ class NativeTlsSocketTransport(TlsSocketTransport):
                 return
             if taken:
                 data = data[taken:] if taken < len(data) else None
+        if data is None and status == self._again and self._records.held == self._backlog.held:
+            return  # the steady state of a relayed connection (the pump's, in C)
+        self._after_read(data, status, error)
+
+    def _after_read(self, data: bytes | None, status: int, error: OSError | None) -> None:
+        """The rest of a read callback once the feed had its part: ``data`` (what it left) to the protocol, then
+        what the records hold and the read's status acted on (the C pump calls it for all but its steady state)."""
         if data is not None and not self._deliver(data):
             return
         if self._records.held != self._backlog.held:
@@ -241,5 +257,5 @@ class NativeTlsSocketTransport(TlsSocketTransport):
     def _finish(self, exc: Exception | None) -> None:
         if not self._lost:
             self._records.close()  # before the socket: no C call touches it after
-            self._feed = None  # it holds the protocol: no cycle left behind
+            self._feed = self._read_pump = None  # they hold the protocol and us: no cycle left behind
         super()._finish(exc)

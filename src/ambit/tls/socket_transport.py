@@ -250,6 +250,8 @@ class TlsSocketTransport(asyncio.Transport):
         self._write_wants_read = False
         self._shutdown_handle: asyncio.TimerHandle | None = None
         self._draining = False  # close_notify sent; reading until the peer closes
+        self._read_pump: Callable[[], object] | None = None
+        """The read callback registered in place of ``_read_ready`` (the native transport's C one), or None."""
         if reading:
             loop.add_reader(self._fd, self._read_ready)  # the handshake's registration, with our callback
         protocol.connection_made(self)
@@ -564,7 +566,7 @@ class TlsSocketTransport(asyncio.Transport):
         if want != self._reading:
             self._reading = want
             if want:
-                self._loop.add_reader(self._fd, self._read_ready)
+                self._loop.add_reader(self._fd, self._read_pump or self._read_ready)
             else:
                 self._loop.remove_reader(self._fd)
 
