@@ -1,14 +1,30 @@
-"""HBONE core microbenchmark: our HTTP/2 engine (``ambit.hbone``) against h2 4.4, through in-memory pairs.
+"""HBONE core microbenchmark: our HTTP/2 engine (``ambit.hbone``) against h2 4.4, through in-memory pairs, and
+with the native DATA path (``ambit.native._hbone_data``) against the pure-Python one.
 
-``.venv/bin/python bench/hbone_micro.py [--mib N]`` prints, for a plain h2 4.4 pair doing the same CONNECT tunnel
-(h2 is what ``ambit.hbone`` used before it had its own engine) and for ``ambit.hbone``:
+``.venv/bin/python bench/hbone_micro.py [--mib N]`` prints a row for each of:
+
+- ``h2 4.4``: a plain h2 pair doing the same CONNECT tunnel (what ``ambit.hbone`` used before it had its own engine);
+- ``ambit.hbone``: our engine driven by events (``send_data``, ``receive_data`` → ``DataReceived``, ``consumed``);
+- ``ambit.hbone relay``: our engine driven as the node proxy's relay drives it without the native DATA path (the
+  stream attached to a sink, ``core.attach``; each chunk sent with ``send_data_now``, output flushed after each
+  read, as ``HboneSession.data_received`` does): the pure-Python path of the next row;
+- ``ambit.hbone relay + C DATA``: the same with a ``DataPath`` per end, as ``HboneSession.release`` makes one on a
+  native TLS transport: every read goes to its ``feed`` first and only the rest to ``receive_data``, every chunk to
+  its ``send`` first and to ``send_data_now`` only when it declines. The transport and session it reads are
+  in-memory stand-ins (:class:`MemoryTransport`, :class:`MemorySession`): records that take every write whole
+  (nothing held, no TLS), so the row measures the protocol work in C, comparable to the rows above. "not built"
+  when the extension is not (``scripts/build_native.py``). Its bulk figures also assert that the frames went
+  through C (``DataPath.octets``, and sends the ``DataPath`` took) and moved the same bytes as the other rows.
+
+For each:
 
 - MB/s of a client→server and a server→client bulk transfer of N MiB in 64 KiB writes, the receiver consuming
   every event at once (CPU of both ends, one thread: the figure is the per-byte cost of framing + parsing);
 - µs per 1-byte round trip (client sends 1 byte, server echoes it, client receives it);
 - bytes of Python heap per open idle tunnel (tracemalloc, 1,000 tunnels on one connection, both ends).
 
-No TLS and no sockets: only the protocol core is measured.
+No TLS and no sockets: only the protocol core is measured (the TLS records' own path is measured by
+``bench/hbone_loopback.py --tls-transport all``).
 """
 
 from __future__ import annotations
@@ -17,6 +33,7 @@ import argparse
 import time
 import tracemalloc
 from collections.abc import Callable
+from types import ModuleType
 from typing import Protocol
 
 import h2.config
@@ -24,9 +41,11 @@ import h2.connection
 import h2.events
 import h2.settings
 
+from ambit import native
 from ambit.hbone import DataReceived, Event, HboneClientConnection, HboneServerConnection, HboneSettings
 
 _BLOCK = b"\xa5" * (64 * 1024)
+NATIVE_ROW = "ambit.hbone relay + C DATA"
 
 
 class Side(Protocol):
@@ -53,6 +72,99 @@ class AmbitSide:
 
     def wire(self) -> bytes:
         return self.conn.data_to_send()
+
+
+class MemoryRecords:
+    """The TLS records' ``write`` without TLS: every write taken whole, in order, nothing held (returns 0)."""
+
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+
+    def write(self, data: bytes) -> int:
+        self.chunks.append(data)
+        return 0
+
+    def take(self) -> bytes:
+        chunks, self.chunks = self.chunks, []
+        return b"".join(chunks)
+
+
+class MemoryBacklog:
+    size = 0
+    """Plaintext and ciphertext the transport buffers: none (``DataPath.send`` declines otherwise)."""
+
+
+class MemoryTransport:
+    """What ``DataPath.send`` reads of a ``NativeTlsSocketTransport``: open, nothing buffered, and its records."""
+
+    def __init__(self, records: MemoryRecords) -> None:
+        self._closing = False
+        self._backlog = MemoryBacklog()
+        self._records = records
+
+    def write(self, data: bytes) -> None:  # what DataPath.send falls back to when the records refuse a write
+        self._records.write(data)
+
+    def _hold(self, held: int) -> None:
+        raise AssertionError(f"the memory records hold nothing, yet {held} bytes were held")
+
+
+class MemorySession:
+    """What a ``DataPath`` reads of an ``HboneSession``: released, never paused; ``flush`` writes the core's output."""
+
+    def __init__(self, core: HboneClientConnection | HboneServerConnection, records: MemoryRecords) -> None:
+        self.core, self.records = core, records
+        self.held = self.write_paused = self.received = False
+
+    def flush(self) -> None:
+        if out := self.core.data_to_send():
+            self.records.write(out)
+
+
+class RelaySide:
+    """One end driven as the relay drives it: the stream attached to a sink, chunks sent with ``send_data_now``;
+    with ``hbone_data`` (``ambit.native._hbone_data``), through a ``DataPath`` first, as on a native transport."""
+
+    def __init__(
+        self, conn: HboneClientConnection | HboneServerConnection, stream_id: int, hbone_data: ModuleType | None
+    ) -> None:
+        self.conn, self.stream_id = conn, stream_id
+        self.records = MemoryRecords()
+        self.session = MemorySession(conn, self.records)
+        self.got = 0
+        conn.attach(stream_id, self._sink)
+        self.path = (
+            None if hbone_data is None else hbone_data.DataPath(conn, self.session, MemoryTransport(self.records))
+        )
+        self.sent_in_c = 0
+        """Octets of the chunks the ``DataPath`` sent (0 without one)."""
+
+    def _sink(self, data: bytes | memoryview) -> None:
+        self.got += len(data)
+
+    def send(self, data: bytes) -> None:
+        path = self.path
+        if path is not None and path.send(self.stream_id, data) is not None:
+            self.sent_in_c += len(data)
+            return
+        out, _ = self.conn.send_data_now(self.stream_id, data)
+        if out:
+            self.records.write(out)
+
+    def receive(self, wire: bytes) -> int:
+        before = self.got
+        path = self.path
+        if path is not None and (taken := path.feed(wire)):
+            wire = wire[taken:]
+        if wire:
+            for event in self.conn.receive_data(wire):
+                assert not isinstance(event, DataReceived), "the stream is attached: its DATA goes to the sink"
+            self.session.flush()
+        return self.got - before
+
+    def wire(self) -> bytes:
+        self.session.flush()
+        return self.records.take()
 
 
 class H2Side:
@@ -112,6 +224,17 @@ def ambit_pair() -> tuple[Side, Side]:
     return a, b
 
 
+def relay_pair(hbone_data: ModuleType | None) -> Callable[[], tuple[Side, Side]]:
+    """``ambit_pair``'s tunnel, each end then a :class:`RelaySide` (with a ``DataPath`` when ``hbone_data``)."""
+
+    def make() -> tuple[Side, Side]:
+        a, b = ambit_pair()
+        assert isinstance(a, AmbitSide) and isinstance(b, AmbitSide)
+        return RelaySide(a.conn, a.stream_id, hbone_data), RelaySide(b.conn, b.stream_id, hbone_data)
+
+    return make
+
+
 def h2_pair() -> tuple[Side, Side]:
     a, b = H2Side(client=True), H2Side(client=False)
     a.conn.send_headers(1, [(":method", "CONNECT"), (":authority", "198.18.200.7:8080")])
@@ -134,6 +257,14 @@ def bulk(make: Callable[[], tuple[Side, Side]], upload: bool, mib: int) -> float
         received += got_server if upload else got_client
     elapsed = time.perf_counter() - start
     assert received == mib * 1024 * 1024, received
+    receiver = server if upload else client
+    if isinstance(sender, RelaySide) and isinstance(receiver, RelaySide) and receiver.path is not None:
+        # The native row moved these bytes through C, not through the Python engine beside it.
+        assert receiver.path.octets == received and sender.sent_in_c == received, (
+            receiver.path.octets,
+            sender.sent_in_c,
+            received,
+        )
     return received / elapsed / 1e6
 
 
@@ -168,6 +299,40 @@ def ambit_tunnel_bytes(count: int) -> float:
     return (after - before) / count
 
 
+def relay_tunnel_bytes(hbone_data: ModuleType | None) -> Callable[[int], float]:
+    """``ambit_tunnel_bytes`` with each tunnel attached to a sink at both ends, and a ``DataPath`` per end made
+    with the connection (as ``HboneSession.release`` does) when ``hbone_data``: what a relayed tunnel holds."""
+
+    def measure(count: int) -> float:
+        tracemalloc.start()
+        settings = HboneSettings(max_concurrent_streams=count)
+        client, server = HboneClientConnection(settings), HboneServerConnection(settings)
+        server.receive_data(client.data_to_send())
+        client.receive_data(server.data_to_send())
+        paths = []
+        if hbone_data is not None:
+            for core in (client, server):
+                records = MemoryRecords()
+                paths.append(hbone_data.DataPath(core, MemorySession(core, records), MemoryTransport(records)))
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(count):
+            stream_id = client.open_tunnel("198.18.200.7:8080")
+            server.receive_data(client.data_to_send())
+            server.respond(stream_id, 200)
+            client.receive_data(server.data_to_send())
+            server.attach(stream_id, _discard)
+            client.attach(stream_id, _discard)
+        after = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        return (after - before) / count
+
+    return measure
+
+
+def _discard(data: bytes | memoryview) -> None:
+    pass
+
+
 def h2_tunnel_bytes(count: int) -> float:
     tracemalloc.start()
     a, b = H2Side(client=True), H2Side(client=False)
@@ -191,15 +356,24 @@ def main() -> None:
     parser.add_argument("--round-trips", type=int, default=20000)
     parser.add_argument("--tunnels", type=int, default=1000, help="idle tunnels for the memory figure")
     args = parser.parse_args()
-    header = f"{'engine':<20}{'client→server MB/s':>20}{'server→client MB/s':>20}{'1-byte RTT µs':>16}"
+    header = f"{'engine':<28}{'client→server MB/s':>20}{'server→client MB/s':>20}{'1-byte RTT µs':>16}"
     print(header + f"{'B/idle tunnel':>16}")
-    cases = (("h2 4.4", h2_pair, h2_tunnel_bytes), ("ambit.hbone", ambit_pair, ambit_tunnel_bytes))
+    hbone_data = native.load_hbone_data()
+    cases = [
+        ("h2 4.4", h2_pair, h2_tunnel_bytes),
+        ("ambit.hbone", ambit_pair, ambit_tunnel_bytes),
+        ("ambit.hbone relay", relay_pair(None), relay_tunnel_bytes(None)),
+    ]
+    if hbone_data is not None:
+        cases.append((NATIVE_ROW, relay_pair(hbone_data), relay_tunnel_bytes(hbone_data)))
     for label, make, tunnel_bytes in cases:
         up = max(bulk(make, True, args.mib) for _ in range(3))
         down = max(bulk(make, False, args.mib) for _ in range(3))
         rtt = min(round_trip(make, args.round_trips) for _ in range(3))
         memory = tunnel_bytes(args.tunnels)
-        print(f"{label:<20}{up:>20.0f}{down:>20.0f}{rtt:>16.1f}{memory:>16.0f}")
+        print(f"{label:<28}{up:>20.0f}{down:>20.0f}{rtt:>16.1f}{memory:>16.0f}", flush=True)
+    if hbone_data is None:
+        print(f"{NATIVE_ROW:<28}not built (scripts/build_native.py)")
 
 
 if __name__ == "__main__":
