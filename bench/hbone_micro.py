@@ -23,7 +23,13 @@ For each:
 - µs per 1-byte round trip (client sends 1 byte, server echoes it, client receives it);
 - bytes of Python heap per open idle tunnel (tracemalloc, 1,000 tunnels on one connection, both ends).
 
-No TLS and no sockets: only the protocol core is measured (the TLS records' own path is measured by
+Then, when the extension is built, what the C DATA path costs where it does no DATA work (a cold connection's reads
+and writes are mostly that): µs to make a ``DataPath``, per ``feed`` of a read without DATA, per ``send`` it declines
+(:func:`data_path_costs`).
+
+The C allocator is tuned as ``ambit nodeproxy`` tunes it (:func:`ambit.inpod.allocator.tune_allocator`): without it
+the relay rows' 1 MiB buffers each faulted in fresh pages, and their bulk figures moved tenfold between runs. No TLS
+and no sockets: only the protocol core is measured (the TLS records' own path is measured by
 ``bench/hbone_loopback.py --tls-transport all``).
 """
 
@@ -43,6 +49,7 @@ import h2.settings
 
 from ambit import native
 from ambit.hbone import DataReceived, Event, HboneClientConnection, HboneServerConnection, HboneSettings
+from ambit.inpod.allocator import tune_allocator
 
 _BLOCK = b"\xa5" * (64 * 1024)
 NATIVE_ROW = "ambit.hbone relay + C DATA"
@@ -350,12 +357,46 @@ def h2_tunnel_bytes(count: int) -> float:
     return (after - before) / count
 
 
+_PING = bytes.fromhex("000008060000000000") + bytes(8)
+"""A read with no DATA frame in it (a PING): what ``feed`` sees on most reads of a cold connection."""
+
+
+def data_path_costs(hbone_data: ModuleType, count: int) -> dict[str, float]:
+    """µs per call of what the native DATA path adds where it does no DATA work (a cold connection's case): making
+    a ``DataPath`` (once per connection), ``feed`` of a read without DATA, ``send`` it declines (unknown stream)."""
+    _, server = ambit_pair()
+    assert isinstance(server, AmbitSide)
+    core = server.conn
+    records = MemoryRecords()
+    session, transport = MemorySession(core, records), MemoryTransport(records)
+    make = hbone_data.DataPath
+    path = make(core, session, transport)
+    feed, send, unknown = path.feed, path.send, server.stream_id + 2
+    costs = {}
+    for name, call in (
+        ("DataPath()", lambda: make(core, session, transport)),
+        ("feed(PING)", lambda: feed(_PING)),
+        ("send declined", lambda: send(unknown, b"x")),
+        ("(empty call)", lambda: None),
+    ):
+        start = time.perf_counter()
+        for _ in range(count):
+            call()
+        costs[name] = (time.perf_counter() - start) / count * 1e6
+    assert path.frames == 0 and not records.chunks, "nothing above was DATA work"
+    return costs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--mib", type=int, default=256, help="MiB per bulk transfer (default 256)")
     parser.add_argument("--round-trips", type=int, default=20000)
     parser.add_argument("--tunnels", type=int, default=1000, help="idle tunnels for the memory figure")
+    parser.add_argument(
+        "--costs", type=int, default=200000, metavar="N", help="calls per figure of the C DATA path's own costs"
+    )
     args = parser.parse_args()
+    tune_allocator()  # as ``ambit nodeproxy`` does at start-up: 1 MiB writes, not page faults, are what is measured
     header = f"{'engine':<28}{'client→server MB/s':>20}{'server→client MB/s':>20}{'1-byte RTT µs':>16}"
     print(header + f"{'B/idle tunnel':>16}")
     hbone_data = native.load_hbone_data()
@@ -374,6 +415,9 @@ def main() -> None:
         print(f"{label:<28}{up:>20.0f}{down:>20.0f}{rtt:>16.1f}{memory:>16.0f}", flush=True)
     if hbone_data is None:
         print(f"{NATIVE_ROW:<28}not built (scripts/build_native.py)")
+        return
+    costs = min((data_path_costs(hbone_data, args.costs) for _ in range(3)), key=lambda c: c["feed(PING)"])
+    print("C DATA path, µs per call: " + ", ".join(f"{name} {value:.3f}" for name, value in costs.items()))
 
 
 if __name__ == "__main__":
