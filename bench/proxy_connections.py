@@ -39,8 +39,9 @@ proxies together"). Figures:
 names them: ``loop``; ``socket+python`` (TLS records in Python, ``AMBIT_NATIVE=0``); ``socket+native`` (records in
 C, ``AMBIT_NATIVE=1``); ``socket+frames`` (records and the DATA frames of attached streams in C, ``AMBIT_NATIVE=1
 AMBIT_NATIVE_DATA=1``, as the deployed node proxy runs); ``socket`` (whatever this process's ``AMBIT_NATIVE`` and
-``AMBIT_NATIVE_DATA`` say); ``all``: the first four in turn, each in namespaces of its own, ``--rounds`` times
-alternated, one report each. The selection is :func:`ambit.native.select` of those settings, so a path that is not
+``AMBIT_NATIVE_DATA`` say); ``all``: the first four in turn, ``--rounds`` times alternated, each run in a child
+process of its own (and its own namespaces), so that its RSS and heap figures start from a clean process; one report
+each. The selection is :func:`ambit.native.select` of those settings, so a path that is not
 built stops the run (one line) rather than measuring the fallback under its name.
 
 The C allocator's thresholds are the node proxy's own (:func:`ambit.inpod.allocator.tune_allocator`). Logging is the
@@ -56,7 +57,6 @@ import argparse
 import asyncio
 import contextlib
 import cProfile
-import functools
 import gc
 import ipaddress
 import json
@@ -361,6 +361,7 @@ def _measure_floor(client_cert: WorkloadCertificate, server_cert: WorkloadCertif
 
 
 async def _main(args: argparse.Namespace) -> dict[str, Any]:
+    configure_logging(args.tmp / "proxy.log")  # the node proxy's own logging set-up, to a file
     tune_allocator()  # the C allocator's thresholds, as ``ambit nodeproxy`` fixes them at start-up
     ca = LocalCa(args.tmp / "ca", trust_domain=TD)
     prefix = f"pc{secrets.token_hex(3)}"
@@ -454,6 +455,25 @@ def _print(results: dict[str, Any]) -> None:
               f"{', '.join(f['negotiated'])})")  # fmt: skip
 
 
+def _report(results: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(results), flush=True)
+    else:
+        _print(results)
+        sys.stdout.flush()
+
+
+def _child_argv(args: argparse.Namespace, name: str, index: int) -> list[str]:
+    """This harness's command line for one run of ``name`` (its ``index``), reporting in JSON."""
+    argv = [sys.executable, str(Path(__file__).resolve()), "--tls-transport", name, "--json"]
+    argv += ["--count", str(args.count), "--seconds", str(args.seconds), "--concurrency", str(args.concurrency)]
+    argv += ["--loop", args.loop, "--measure", ",".join(sorted(args.measure)), "--handshakes", str(args.handshakes)]
+    argv += ["--top", str(args.top), *(["--cold"] if args.cold else [])]
+    if args.profile is not None:
+        argv += ["--profile", f"{args.profile}.{index}.{name}"]
+    return argv
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench/proxy_connections.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--count", type=int, default=2000, help="idle connections to hold (default 2000)")
@@ -491,18 +511,15 @@ def main(argv: list[str] | None = None) -> int:
             _use_transport(name)
     except native.NativeError as exc:
         parser.error(str(exc))
-    with tempfile.TemporaryDirectory(prefix="proxy-connections-") as tmp:
-        configure_logging(Path(tmp) / "proxy.log")  # the node proxy's own logging set-up, to a file
-        for index in range(args.rounds * len(names)):
-            name = names[index % len(names)]
-            one = argparse.Namespace(**vars(args), kind=_use_transport(name), tmp=Path(tmp) / f"run{index}")
-            one.tls_transport = name
-            one.tmp.mkdir()
-            results = run(functools.partial(_main, one), args.loop)
-            if args.json:
-                print(json.dumps(results), flush=True)
-            else:
-                _print(results)
+    if len(names) == 1 and args.rounds == 1:
+        with tempfile.TemporaryDirectory(prefix="proxy-connections-") as tmp:
+            args.tmp, args.kind = Path(tmp), _use_transport(args.tls_transport)
+            _report(run(lambda: _main(args), args.loop), args.json)
+        return 0
+    for index in range(args.rounds * len(names)):  # each in a process of its own: RSS and heap figures start clean
+        name = names[index % len(names)]
+        child = subprocess.run(_child_argv(args, name, index), stdout=subprocess.PIPE, text=True, check=True)
+        _report(json.loads(child.stdout.splitlines()[-1]), args.json)
     return 0
 
 
