@@ -316,7 +316,7 @@ def relay_tunnel_bytes(hbone_data: ModuleType | None) -> Callable[[int], float]:
         client, server = HboneClientConnection(settings), HboneServerConnection(settings)
         server.receive_data(client.data_to_send())
         client.receive_data(server.data_to_send())
-        paths = []
+        paths = []  # kept while the tunnels are measured, as a session keeps its own
         if hbone_data is not None:
             for core in (client, server):
                 records = MemoryRecords()
