@@ -35,6 +35,15 @@ proxies together"). Figures:
   CPU per handshake pair (both ends), with the peer check (:func:`ambit.tls.spiffe.check_peer`) timed apart. The
   rate round's cold minus pooled CPU, minus this floor, is what our Python and the event loop's TLS layer add.
 
+``--tls-transport`` picks HBONE's TLS transport and, on the socket, the data path, as ``bench/hbone_loopback.py``
+names them: ``loop``; ``socket+python`` (TLS records in Python, ``AMBIT_NATIVE=0``); ``socket+native`` (records in
+C, ``AMBIT_NATIVE=1``); ``socket+frames`` (records and the DATA frames of attached streams in C, ``AMBIT_NATIVE=1
+AMBIT_NATIVE_DATA=1``, as the deployed node proxy runs); ``socket`` (whatever this process's ``AMBIT_NATIVE`` and
+``AMBIT_NATIVE_DATA`` say); ``all``: the first four in turn, ``--rounds`` times alternated, each run in a child
+process of its own (and its own namespaces), so that its RSS and heap figures start from a clean process; one report
+each. The selection is :func:`ambit.native.select` of those settings, so a path that is not
+built stops the run (one line) rather than measuring the fallback under its name.
+
 The C allocator's thresholds are the node proxy's own (:func:`ambit.inpod.allocator.tune_allocator`). Logging is the
 node proxy's own (:func:`ambit.cli.process_logging.configure_logging`), to a file: both proxies write an
 access-log line per connection, as in the lab.
@@ -361,7 +370,8 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
         "count": args.count,
         "cold": args.cold,
         "tls_transport": args.tls_transport,
-        "records": native.selection().describe() if args.tls_transport == "socket" else "the loop's",
+        "load": round(os.getloadavg()[0], 2),
+        "records": native.selection().describe() if args.tls_transport != "loop" else "the loop's",
     }
 
     def pool() -> ConnectionPool:
@@ -372,8 +382,8 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
         echo = await asyncio.create_subprocess_exec(*_app(server.netns, "echo", "--port", str(APP_PORT)), cwd=ROOT)
         try:
             async with (
-                _node_proxy(client, ca, workloads, args.tmp, pool(), args.tls_transport) as client_proxy,
-                _node_proxy(server, ca, workloads, args.tmp, pool(), args.tls_transport) as server_proxy,
+                _node_proxy(client, ca, workloads, args.tmp, pool(), args.kind) as client_proxy,
+                _node_proxy(server, ca, workloads, args.tmp, pool(), args.kind) as server_proxy,
             ):
                 contexts = [client_proxy, server_proxy]
                 await asyncio.sleep(0.5)  # the echo server is listening
@@ -397,13 +407,30 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
+PATHS: dict[str, dict[str, str]] = {
+    "socket+python": {native.ENVIRONMENT: "0"},
+    "socket+native": {native.ENVIRONMENT: "1"},
+    "socket+frames": {native.ENVIRONMENT: "1", native.DATA_ENVIRONMENT: "1"},
+}
+"""The data paths of the socket transport, as the node proxy's environment selects them."""
+
+
+def _use_transport(name: str) -> TlsTransportKind:
+    """Select the data path ``name`` asks for in this process (see the module docstring); the transport kind."""
+    if name == "loop":
+        return "loop"
+    native.use(native.select(PATHS[name]) if name in PATHS else None)  # None: this process's environment
+    native.selection()  # a path that cannot be had fails here, before any namespace is made
+    return "socket"
+
+
 def _identity(pod: Pod) -> SpiffeId:
     return SpiffeId(TD, pod.info.namespace, pod.info.service_account or "default")
 
 
 def _print(results: dict[str, Any]) -> None:
     print(f"loop={results['loop']} tls_transport={results['tls_transport']} records={results['records']} "
-          f"connections={results['count']} pooled HBONE connections={results.get('pool')}"
+          f"connections={results['count']} pooled HBONE connections={results.get('pool')} load {results['load']}"
           f"{' (cold: one stream per connection, no reuse)' if results['cold'] else ''}")  # fmt: skip
     if "rss" in results:
         r = results["rss"]
@@ -428,6 +455,25 @@ def _print(results: dict[str, Any]) -> None:
               f"{', '.join(f['negotiated'])})")  # fmt: skip
 
 
+def _report(results: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(results), flush=True)
+    else:
+        _print(results)
+        sys.stdout.flush()
+
+
+def _child_argv(args: argparse.Namespace, name: str, index: int) -> list[str]:
+    """This harness's command line for one run of ``name`` (its ``index``), reporting in JSON."""
+    argv = [sys.executable, str(Path(__file__).resolve()), "--tls-transport", name, "--json"]
+    argv += ["--count", str(args.count), "--seconds", str(args.seconds), "--concurrency", str(args.concurrency)]
+    argv += ["--loop", args.loop, "--measure", ",".join(sorted(args.measure)), "--handshakes", str(args.handshakes)]
+    argv += ["--top", str(args.top), *(["--cold"] if args.cold else [])]
+    if args.profile is not None:
+        argv += ["--profile", f"{args.profile}.{index}.{name}"]
+    return argv
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench/proxy_connections.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--count", type=int, default=2000, help="idle connections to hold (default 2000)")
@@ -436,11 +482,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop")
     parser.add_argument(
         "--tls-transport",
-        choices=["loop", "socket"],
+        choices=["loop", "socket", *PATHS, "all"],
         default="loop",
-        help="HBONE's TLS transport, as the node proxy's --tls-transport (socket: records native or Python per "
-        "AMBIT_NATIVE)",
+        help="HBONE's TLS transport and data path: loop, socket+python (AMBIT_NATIVE=0), socket+native (records in "
+        "C), socket+frames (records and DATA frames in C), socket (as AMBIT_NATIVE and AMBIT_NATIVE_DATA say), all "
+        "(the first four, alternated)",
     )
+    parser.add_argument("--rounds", type=int, default=1, help="rounds of every transport, alternated (default 1)")
     parser.add_argument("--measure", default="rss,tracemalloc,rate", help="comma-separated: rss,tracemalloc,rate,floor")
     parser.add_argument(
         "--cold",
@@ -457,13 +505,21 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("needs root (it makes two network namespaces)")
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    with tempfile.TemporaryDirectory(prefix="proxy-connections-") as tmp:
-        args.tmp = Path(tmp)
-        results = run(lambda: _main(args), args.loop)
-    if args.json:
-        print(json.dumps(results))
-    else:
-        _print(results)
+    names = ["loop", *PATHS] if args.tls_transport == "all" else [args.tls_transport]
+    try:
+        for name in names:  # every path that will be measured can be had: fail before the first round, not later
+            _use_transport(name)
+    except native.NativeError as exc:
+        parser.error(str(exc))
+    if len(names) == 1 and args.rounds == 1:
+        with tempfile.TemporaryDirectory(prefix="proxy-connections-") as tmp:
+            args.tmp, args.kind = Path(tmp), _use_transport(args.tls_transport)
+            _report(run(lambda: _main(args), args.loop), args.json)
+        return 0
+    for index in range(args.rounds * len(names)):  # each in a process of its own: RSS and heap figures start clean
+        name = names[index % len(names)]
+        child = subprocess.run(_child_argv(args, name, index), stdout=subprocess.PIPE, text=True, check=True)
+        _report(json.loads(child.stdout.splitlines()[-1]), args.json)
     return 0
 
 
