@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -49,3 +50,35 @@ async def test_concurrent_tunnels_each_get_a_handshake_of_their_own(cold_mesh: M
     await asyncio.sleep(0)
     assert cold_mesh.pool.stats()["connections"] == 0
     await until(lambda: not cold_mesh.serving)
+
+
+CLIENT_SIDE = {"HboneClient", "HboneClientConnection"}
+
+
+async def _left_in_cycles(mesh: Mesh, tunnels: int) -> set[str]:
+    """Run ``tunnels`` cold tunnels with the collector off, then collect once keeping what it found: the names of
+    the types among it (reference counting should have freed a finished connection whole)."""
+    gc.collect()
+    gc.disable()
+    try:
+        for n in range(tunnels):
+            payload = f"tunnel {n}".encode()
+            assert await asyncio.create_task(echo_once(mesh, payload)) == payload
+        await until(lambda: mesh.pool.stats()["connections"] == 0)
+        await until(lambda: not mesh.serving)  # the server saw the close
+        for _ in range(3):  # the closes' callbacks
+            await asyncio.sleep(0)
+        gc.set_debug(gc.DEBUG_SAVEALL)  # what the collector would have to free stays in gc.garbage
+        gc.collect()
+        return {type(o).__name__ for o in gc.garbage}
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+
+
+async def test_a_finished_client_connection_is_freed_without_the_cyclic_collector(cold_mesh: Mesh) -> None:
+    """The pool's idle callback holds the connection, which holds the session that holds the callback: once the
+    connection is lost the session lets the callback go, so the connection is freed by reference counting."""
+    assert await _left_in_cycles(cold_mesh, 3) & CLIENT_SIDE == set()
+    assert cold_mesh.failures == []
