@@ -526,6 +526,11 @@ class HboneSession(asyncio.Protocol):
 
     # Shell
 
+    def let_go(self) -> None:
+        """The owner is done with this connection (it is lost, or was never made): drop the owner's callbacks. They
+        are its bound methods, and the owner holds us: kept, they would leave both to the cyclic collector."""
+        self._on_request = self._on_stream_failed = self.on_ping_acknowledged = self.on_idle = None
+
     def release(self) -> None:
         """The peer is judged acceptable: process what it sent meanwhile and start talking."""
         self.held = False
