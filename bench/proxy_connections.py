@@ -26,10 +26,14 @@ proxies together"). Figures:
 - ``rate``: new connections per second, 8 concurrent clients each connecting, sending one byte, reading it back
   and closing (pooled HBONE: no handshake per connection), and this process's CPU time (user + system, both
   proxies and their socket threads) per connection, also split into user and system time (the system part is
-  mostly the kernel carrying the packets: on one host, a send runs the receiver's TCP stack too).
+  mostly the kernel carrying the packets: on one host, a send runs the receiver's TCP stack too), with the cyclic
+  collector's share (its time per connection, from ``gc.callbacks``, and what it freed).
   ``--profile FILE`` writes a cProfile of the rate round. ``--cold`` runs both proxies' pools as the lab's
   cold-handshake scenario does (``--pool-max-streams 1 --pool-idle-timeout 0``): one stream per HBONE connection,
   closed when its stream ends, so every connection of the rate round costs a full mutual-TLS handshake;
+- ``cycles`` (``--measure cycles``): the rate round again with the cyclic collector off, then one collection that
+  keeps what it found (``gc.DEBUG_SAVEALL``): the objects per connection that reference counting did not free, by
+  type, and the references between them by (referrer type, referent type): what a connection leaves in cycles;
 - ``floor`` (``--measure floor``): the handshake cost floor, a loop of TLS 1.3 mutual-TLS handshakes between the
   two proxies' own client and server contexts over memory BIOs in this process (no sockets, no event loop), as
   CPU per handshake pair (both ends), with the peer check (:func:`ambit.tls.spiffe.check_peer`) timed apart. The
@@ -277,6 +281,8 @@ def _short(filename: str) -> str:
 async def _measure_rate(client: Pod, seconds: float, concurrency: int, profile: Path | None) -> dict[str, Any]:
     await _settle()
     profiler = cProfile.Profile() if profile else None
+    collector = _CollectorClock()
+    gc.callbacks.append(collector)
     cpu0, wall0 = _cpu(), time.perf_counter()
     if profiler is not None:
         profiler.enable()
@@ -291,6 +297,7 @@ async def _measure_rate(client: Pod, seconds: float, concurrency: int, profile: 
     if profiler is not None:
         profiler.disable()
     (user0, sys0), (user1, sys1) = cpu0, _cpu()
+    gc.callbacks.remove(collector)
     user, system = user1 - user0, sys1 - sys0
     cpu, wall = user + system, time.perf_counter() - wall0
     result = json.loads(out)
@@ -306,7 +313,69 @@ async def _measure_rate(client: Pod, seconds: float, concurrency: int, profile: 
         "proxy_user_us_per_conn": round(user / n * 1e6, 1) if n else None,
         "proxy_system_us_per_conn": round(system / n * 1e6, 1) if n else None,
         "wall_seconds": round(wall, 2),
+        "collector_us_per_conn": round(collector.seconds / n * 1e6, 1) if n else None,
+        "collected_per_conn": round(collector.collected / n, 1) if n else None,
+        "collections": collector.runs,
     }
+
+
+class _CollectorClock:
+    """A ``gc.callbacks`` entry: the time the cyclic collector ran (it runs in this thread: CPU time, too), how many
+    times, and the objects it freed."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.runs = self.collected = 0
+        self._start = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._start
+            self.runs += 1
+            self.collected += info["collected"]
+
+
+async def _measure_cycles(client: Pod, seconds: float, concurrency: int, top: int) -> dict[str, Any]:
+    await _settle()
+    gc.disable()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *_app(
+                client.netns, "rate", SERVER_IP, str(APP_PORT), "--seconds", str(seconds),
+                "--concurrency", str(concurrency),
+            ),
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+        )  # fmt: skip
+        out, _ = await proc.communicate()
+        await asyncio.sleep(0.5)  # the proxies see the last closes a little later
+        gc.set_debug(gc.DEBUG_SAVEALL)  # what the collector would free stays in gc.garbage
+        gc.collect()
+        garbage = list(gc.garbage)
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    n = json.loads(out)["connections"]
+    found = {id(o) for o in garbage}
+    types: dict[str, int] = {}
+    edges: dict[str, int] = {}
+    for o in garbage:
+        name = type(o).__qualname__
+        types[name] = types.get(name, 0) + 1
+        for referent in gc.get_referents(o):
+            if id(referent) in found:
+                edge = f"{name} -> {type(referent).__qualname__}"
+                edges[edge] = edges.get(edge, 0) + 1
+    del garbage
+
+    def per_conn(counts: dict[str, int]) -> list[tuple[str, float]]:
+        return [(k, round(v / n, 2)) for k, v in sorted(counts.items(), key=lambda kv: -kv[1])[:top]]
+
+    return {"connections": n, "objects_per_conn": round(len(found) / n, 1), "types": per_conn(types),
+            "edges": per_conn(edges)}  # fmt: skip
 
 
 def _handshake_pair(client_ctx: ssl.SSLContext, server_ctx: ssl.SSLContext) -> tuple[ssl.SSLObject, ssl.SSLObject]:
@@ -395,6 +464,8 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
                     results["tracemalloc"] = await _measure_tracemalloc(client, contexts, args.count, args.top)
                 if "rate" in args.measure:
                     results["rate"] = await _measure_rate(client, args.seconds, args.concurrency, args.profile)
+                if "cycles" in args.measure:
+                    results["cycles"] = await _measure_cycles(client, args.seconds, args.concurrency, args.top)
                 if "floor" in args.measure:
                     client_cert = client_proxy.certs.find(_identity(client))
                     server_cert = server_proxy.certs.find(_identity(server))
@@ -447,7 +518,17 @@ def _print(results: dict[str, Any]) -> None:
         print(f"{kind} new connections/s (1-byte echo, concurrent clients): {r['per_second']:.0f}/s "
               f"({r['connections']} in {r['wall_seconds']} s, {r['failures']} failures); "
               f"proxy CPU {r['proxy_cpu_us_per_conn']} µs/conn (user {r['proxy_user_us_per_conn']}, "
-              f"system {r['proxy_system_us_per_conn']})")  # fmt: skip
+              f"system {r['proxy_system_us_per_conn']}); cyclic collector {r['collector_us_per_conn']} µs/conn "
+              f"({r['collections']} runs, {r['collected_per_conn']} objects freed per connection)")  # fmt: skip
+    if "cycles" in results:
+        c = results["cycles"]
+        print(f"left to the cyclic collector: {c['objects_per_conn']} objects per connection ({c['connections']} "
+              "connections, collector off); by type, per connection:")  # fmt: skip
+        for name, count in c["types"]:
+            print(f"  {count:6.2f}  {name}")
+        print("references between them, per connection:")
+        for edge, count in c["edges"]:
+            print(f"  {count:6.2f}  {edge}")
     if "floor" in results:
         f = results["floor"]
         print(f"handshake floor (memory BIOs, one process): {f['handshake_pair_cpu_us']} CPU-µs per mutual-TLS "
@@ -489,14 +570,16 @@ def main(argv: list[str] | None = None) -> int:
         "(the first four, alternated)",
     )
     parser.add_argument("--rounds", type=int, default=1, help="rounds of every transport, alternated (default 1)")
-    parser.add_argument("--measure", default="rss,tracemalloc,rate", help="comma-separated: rss,tracemalloc,rate,floor")
+    parser.add_argument(
+        "--measure", default="rss,tracemalloc,rate", help="comma-separated: rss,tracemalloc,rate,cycles,floor"
+    )
     parser.add_argument(
         "--cold",
         action="store_true",
         help="one stream per HBONE connection, closed when it ends (--pool-max-streams 1 --pool-idle-timeout 0)",
     )
     parser.add_argument("--handshakes", type=int, default=2000, help="handshakes in the floor loop")
-    parser.add_argument("--top", type=int, default=15, help="tracemalloc sites to show")
+    parser.add_argument("--top", type=int, default=15, help="tracemalloc sites, types and references in cycles to show")
     parser.add_argument("--profile", type=Path, help="write a cProfile of the rate round here")
     parser.add_argument("--json", action="store_true", help="print the results as one JSON object")
     args = parser.parse_args(argv)

@@ -168,7 +168,12 @@ class HboneClient:
         return self._session.idle_since
 
     def when_idle(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` each time the connection's last open tunnel has ended (from the event loop, soon)."""
+        """Call ``callback`` each time the connection's last open tunnel has ended (from the event loop, soon).
+
+        Never once the connection is lost: the session lets it go then (it holds the pool's callback, which holds
+        us), and one handed to a lost connection is not kept."""
+        if self._session.lost.done():
+            return
         loop = self._session.loop
 
         def soon() -> None:  # not from inside the stream bookkeeping that noticed it

@@ -198,60 +198,66 @@ class HboneServer:
         server = cls(core, handler, peer_addr, local_addr, name)
         session = server._session
         try:
-            # What is left of the one deadline; the loop's SSL handshake timeout runs from the handshake's start
-            # whatever the peer sends, so trickled bytes do not extend it.
-            left = max(deadline - loop.time(), 0.001)
-            transport: asyncio.BaseTransport
-            if tls_transport == "socket":
-                transport, _ = await open_tls(
-                    lambda: session,
-                    sock,
-                    cert.server_context(read_ahead=READ_AHEAD_BUFFER),
-                    server_side=True,
-                    handshake_timeout=left,
-                )
-            else:
-                transport, _ = await loop.connect_accepted_socket(
-                    lambda: session, sock, ssl=cert.server_context(), ssl_handshake_timeout=left
-                )
-        except (OSError, TimeoutError) as exc:  # ssl.SSLError and ConnectionError are OSErrors
-            sock.close()
-            fail(f"TLS handshake failed: {str(exc) or type(exc).__name__}")
-            return
-        tracked: Tracked | None = None
-        try:
-            server._peer = _judge_client(transport, trust_domain)
-            if revocation is not None:
-                tls = transport.get_extra_info("ssl_object")
-                chain = verified_chain(tls) if isinstance(tls, (ssl.SSLObject, ssl.SSLSocket)) else None
-                tracked = revocation.admit(chain, Reporter.DESTINATION, str(server._peer), session.abort)
-        except ProxyError as exc:  # PeerRevokedError among them
-            transport.abort()
-            fail(str(exc))
-            return
-        if ticket is not None:
-            ticket.established()
-        if liveness is None:
-            liveness = ticket.liveness if ticket is not None else LivenessSettings()
-        session.release()
-        server._start_timer(liveness)
-        unwatch = drain.watch(session.go_away) if drain is not None else None
-        try:
-            await asyncio.shield(session.lost)
-            while server._handlers:
-                await asyncio.gather(*server._handlers, return_exceptions=True)
-        except asyncio.CancelledError:
-            session.abort()
-            for task in server._handlers:
-                task.cancel()
-            raise
+            try:
+                # What is left of the one deadline; the loop's SSL handshake timeout runs from the handshake's start
+                # whatever the peer sends, so trickled bytes do not extend it.
+                left = max(deadline - loop.time(), 0.001)
+                transport: asyncio.BaseTransport
+                if tls_transport == "socket":
+                    transport, _ = await open_tls(
+                        lambda: session,
+                        sock,
+                        cert.server_context(read_ahead=READ_AHEAD_BUFFER),
+                        server_side=True,
+                        handshake_timeout=left,
+                    )
+                else:
+                    transport, _ = await loop.connect_accepted_socket(
+                        lambda: session, sock, ssl=cert.server_context(), ssl_handshake_timeout=left
+                    )
+            except (OSError, TimeoutError) as exc:  # ssl.SSLError and ConnectionError are OSErrors
+                sock.close()
+                fail(f"TLS handshake failed: {str(exc) or type(exc).__name__}")
+                return
+            tracked: Tracked | None = None
+            try:
+                server._peer = _judge_client(transport, trust_domain)
+                if revocation is not None:
+                    tls = transport.get_extra_info("ssl_object")
+                    chain = verified_chain(tls) if isinstance(tls, (ssl.SSLObject, ssl.SSLSocket)) else None
+                    tracked = revocation.admit(chain, Reporter.DESTINATION, str(server._peer), session.abort)
+            except ProxyError as exc:  # PeerRevokedError among them
+                transport.abort()
+                fail(str(exc))
+                return
+            if ticket is not None:
+                ticket.established()
+            if liveness is None:
+                liveness = ticket.liveness if ticket is not None else LivenessSettings()
+            session.release()
+            server._start_timer(liveness)
+            unwatch = drain.watch(session.go_away) if drain is not None else None
+            try:
+                await asyncio.shield(session.lost)
+                while server._handlers:
+                    await asyncio.gather(*server._handlers, return_exceptions=True)
+            except asyncio.CancelledError:
+                session.abort()
+                for task in server._handlers:
+                    task.cancel()
+                raise
+            finally:
+                if server._timer_handle is not None:
+                    server._timer_handle.cancel()
+                if tracked is not None:
+                    tracked.release()
+                if unwatch is not None:
+                    unwatch()
         finally:
-            if server._timer_handle is not None:
-                server._timer_handle.cancel()
-            if tracked is not None:
-                tracked.release()
-            if unwatch is not None:
-                unwatch()
+            # The session holds our request and stream callbacks (bound methods, so a cycle through us): let go
+            # here, where the connection's life ends on every path (a failed handshake never calls
+            # ``connection_lost``), the server and its session are freed by reference counting.
+            session.let_go()
 
     # Liveness (see the module docstring).
 

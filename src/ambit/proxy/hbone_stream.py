@@ -453,7 +453,8 @@ class HboneSession(asyncio.Protocol):
         """The clock of :attr:`idle_since` (and of the owner's timers)."""
         self.idle_since: float | None = clock()
         self.on_idle: Callable[[], None] | None = None
-        """Called (synchronously, from the stream bookkeeping) each time the last open stream ended."""
+        """Called (synchronously, from the stream bookkeeping) each time the last open stream ended; dropped when the
+        connection is lost."""
 
     # asyncio.Protocol
 
@@ -497,6 +498,9 @@ class HboneSession(asyncio.Protocol):
         # The data path holds this session (and its core): dropped here, the session is freed by its last reference
         # rather than left in a cycle for the collector. Nothing can be sent any more (its send would say so).
         self.data_path = self.send_now = None
+        # No stream ends from now on (``_terminate`` failed them all): the owner's idle callback, which holds the
+        # owner (the pool's holds the client that holds us), is let go for the same reason.
+        self.on_idle = None
         if not self.lost.done():
             self.lost.set_result(None)
 
@@ -521,6 +525,11 @@ class HboneSession(asyncio.Protocol):
             stream._wake_writer()
 
     # Shell
+
+    def let_go(self) -> None:
+        """The owner is done with this connection (it is lost, or was never made): drop the owner's callbacks. They
+        are its bound methods, and the owner holds us: kept, they would leave both to the cyclic collector."""
+        self._on_request = self._on_stream_failed = self.on_ping_acknowledged = self.on_idle = None
 
     def release(self) -> None:
         """The peer is judged acceptable: process what it sent meanwhile and start talking."""
