@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 
 from ambit import native
+from ambit.heap import tune_collector
 from ambit.identity.localca import LocalCa
 from ambit.inpod.allocator import tune_allocator
 from ambit.model.identity import SpiffeId
@@ -325,6 +326,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, metavar="TOP", help="count calls per event instead (see count_calls)")
     args = parser.parse_args()
     tune_allocator()  # as ``ambit nodeproxy`` does at start-up
+    tune_collector()
     transports = {"both": TLS_TRANSPORTS, "all": (*TLS_TRANSPORTS, NATIVE, FRAMES)}.get(
         args.tls_transport, (args.tls_transport,)
     )

@@ -48,7 +48,8 @@ process of its own (and its own namespaces), so that its RSS and heap figures st
 each. The selection is :func:`ambit.native.select` of those settings, so a path that is not
 built stops the run (one line) rather than measuring the fallback under its name.
 
-The C allocator's thresholds are the node proxy's own (:func:`ambit.inpod.allocator.tune_allocator`). Logging is the
+The C allocator's thresholds and the collector's young threshold are the node proxy's own
+(:func:`ambit.inpod.allocator.tune_allocator`, :func:`ambit.heap.tune_collector`). Logging is the
 node proxy's own (:func:`ambit.cli.process_logging.configure_logging`), to a file: both proxies write an
 access-log line per connection, as in the lab.
 
@@ -81,6 +82,7 @@ from typing import Any
 from ambit import native
 from ambit.cli.process_logging import configure_logging
 from ambit.commands import SubprocessRunner
+from ambit.heap import tune_collector
 from ambit.identity.localca import LocalCa
 from ambit.identity.manager import CertificateManager
 from ambit.inpod.allocator import tune_allocator
@@ -432,6 +434,7 @@ def _measure_floor(client_cert: WorkloadCertificate, server_cert: WorkloadCertif
 async def _main(args: argparse.Namespace) -> dict[str, Any]:
     configure_logging(args.tmp / "proxy.log")  # the node proxy's own logging set-up, to a file
     tune_allocator()  # the C allocator's thresholds, as ``ambit nodeproxy`` fixes them at start-up
+    tune_collector()  # and the collector's young threshold
     ca = LocalCa(args.tmp / "ca", trust_domain=TD)
     prefix = f"pc{secrets.token_hex(3)}"
     results: dict[str, Any] = {

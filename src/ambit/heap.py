@@ -28,6 +28,15 @@ quiet moment may never come):
 5. A settle runs ``settle`` seconds after the last change, and at the latest ``collect_every`` seconds after the
    previous one even while changes keep coming: reference cycles that became garbage after being frozen are
    reclaimed then, so what freezing keeps beyond its time is bounded by what ``collect_every`` seconds make.
+
+:func:`tune_collector` (the node proxy, at start-up, beside the C allocator's thresholds):
+
+6. A young collection starts once :data:`YOUNG_THRESHOLD` more container objects were made than freed (CPython's
+   default is 700). A connection's set-up holds more than 700 young objects for a moment, all of them freed by
+   reference counting a moment later (a connection leaves nothing in cycles: tests/integration/
+   test_hbone_pool_cold.py), so at 700 the collector ran dozens of times a second under new connections and found
+   nothing: 15-57 CPU-us per cold connection (bench/proxy_connections.py's collector figure), none at 10,000. What
+   a cycle that does become garbage waits for is then at most 10,000 young objects, about a megabyte.
 """
 
 from __future__ import annotations
@@ -41,6 +50,16 @@ from collections.abc import Callable
 log = logging.getLogger(__name__)
 
 DEFAULT_SETTLE = 2.0
+
+YOUNG_THRESHOLD = 10_000
+"""Net new container objects that start a young collection (rule 6)."""
+
+
+def tune_collector(young: int = YOUNG_THRESHOLD) -> None:
+    """Rule 6: a young collection once ``young`` more container objects were made than freed; the older
+    generations' thresholds are kept."""
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(young, middle, old)
 
 
 def settle_now(level: int) -> float:

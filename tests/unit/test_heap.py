@@ -8,7 +8,7 @@ import asyncio
 import gc
 import weakref
 
-from ambit.heap import ChurningHeap, HeapSettler
+from ambit.heap import YOUNG_THRESHOLD, ChurningHeap, HeapSettler, tune_collector
 
 
 class Cycle:
@@ -139,3 +139,15 @@ def test_a_churning_heap_outside_a_loop_freezes_and_schedules_nothing_and_close_
         assert asyncio.run(run()) == 0
     finally:
         gc.unfreeze()
+
+
+def test_tune_collector_raises_the_young_threshold_and_keeps_the_older_ones() -> None:
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 7, 9)
+        tune_collector()
+        assert gc.get_threshold() == (YOUNG_THRESHOLD, 7, 9)
+        tune_collector(2_000)
+        assert gc.get_threshold() == (2_000, 7, 9)
+    finally:
+        gc.set_threshold(*before)

@@ -205,6 +205,7 @@ def start(
     except native.NativeError as exc:
         raise CommandFailed(str(exc)) from None
     from ambit.cli.process_logging import configure_logging
+    from ambit.heap import tune_collector
     from ambit.inpod.allocator import tune_allocator
     from ambit.inpod.daemon import run_node_proxy  # the data path's imports: only once the arguments are good
 
@@ -214,4 +215,5 @@ def start(
         "HBONE TLS transport %s, TLS records: %s", settings.tls_transport, records
     )
     tune_allocator()
+    tune_collector()
     eventloop.run(lambda: run_node_proxy(settings), settings.event_loop)
