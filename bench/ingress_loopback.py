@@ -159,10 +159,12 @@ def gateway_config(port: int, cert_pem: bytes, key_pem: bytes) -> GatewayConfig:
 def run_child(spec: dict[str, Any], profile: str | None) -> None:
     """The gateway process: local state and CA, the translated config applied as its xDS client would."""
     from ambit.cli.process_logging import configure_logging
+    from ambit.heap import tune_collector
     from ambit.inpod import eventloop
     from ambit.waypoint.settings import WaypointLimits, WaypointSettings
 
     configure_logging()
+    tune_collector()  # as ``run_l7`` does for ``ambit waypoint proxy`` and ``ambit gateway``
     settings = WaypointSettings(
         namespace="bench",
         gateway_name="edge",

@@ -139,11 +139,13 @@ def mesh_config() -> LocalConfig:
 def run_child(spec: dict[str, object], profile: str | None) -> None:
     """The waypoint process: the rig's local-config settings, run as ``ambit waypoint proxy`` runs it."""
     from ambit.cli.process_logging import configure_logging
+    from ambit.heap import tune_collector
     from ambit.inpod import eventloop
     from ambit.waypoint.process import run_waypoint
     from ambit.waypoint.settings import WaypointLimits, WaypointSettings
 
     configure_logging()
+    tune_collector()  # as ``run_l7`` does for ``ambit waypoint proxy`` and ``ambit gateway``
     settings = WaypointSettings(
         namespace="bench",
         gateway_name="waypoint",

@@ -274,6 +274,7 @@ def run_l7(main: Callable[[], Coroutine[Any, Any, None]], loop: str) -> None:
     from ambit import native
     from ambit.cli.process_logging import configure_logging
     from ambit.errors import AmbitError
+    from ambit.heap import tune_collector
     from ambit.inpod import eventloop
 
     try:
@@ -281,6 +282,7 @@ def run_l7(main: Callable[[], Coroutine[Any, Any, None]], loop: str) -> None:
     except native.NativeError as exc:
         raise CommandFailed(str(exc)) from None
     configure_logging()
+    tune_collector()  # as the node proxy: a request's young objects die by reference counting
     try:
         eventloop.run(main, loop)
     except (AmbitError, OSError) as exc:
