@@ -6,4 +6,4 @@ One module per surface (``test_rbac.py``, ``test_hbone_dos.py``, ...). Attacks a
 every load loop of the suite.
 """
 
-from tests.security.tls_peers import certs, no_peer_traceback  # noqa: F401  # the TLS peer tests' fixtures
+from tests.security.tls_peers import certs, no_peer_traceback, tls_records  # noqa: F401  # the TLS peer tests' fixtures

@@ -14,13 +14,11 @@ import os
 import socket
 import ssl
 import struct
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.conftest import use_records_path
 from tests.security.tls_peers import (
     Certs,
     Sink,
@@ -48,16 +46,6 @@ EXCHANGE_EXAMPLES = int(os.environ.get("AMBIT_EXCHANGE_EXAMPLES", "25"))
 def shared_certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
     """One set for every hypothesis example (a fixture per example would be remade for nothing)."""
     return asyncio.run(make_certs(tmp_path_factory.mktemp("native-records")))
-
-
-@pytest.fixture
-def tls_records() -> Iterator[object]:
-    """The extension module (skipped where it is not built, failed under CI)."""
-    use_records_path("native")
-    selected = native.selection().tls_records
-    assert selected is not None
-    yield selected
-    native.use(None)
 
 
 def test_ci_runs_the_native_path_not_the_fallback_alone() -> None:

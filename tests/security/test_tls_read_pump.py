@@ -12,24 +12,13 @@ import gc
 import logging
 import sys
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
-from tests.conftest import use_records_path
 from tests.security.tls_peers import Certs, Sink, socket_pair
 
-from ambit import native
 from ambit.tls.native_transport import NativeTlsSocketTransport
 from ambit.tls.socket_transport import READ_SIZE, TlsSocketTransport
-
-
-@pytest.fixture
-def tls_records() -> Iterator[object]:
-    use_records_path("native")
-    selected = native.selection().tls_records
-    assert selected is not None
-    yield selected
-    native.use(None)
 
 
 class Feed:

@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from tests.conftest import use_records_path
 
+from ambit import native
 from ambit.identity.localca import LocalCa
 from ambit.model.identity import SpiffeId
 from ambit.tls.socket_transport import READ_AHEAD_BUFFER, TlsSocketTransport, TlsTransportKind, open_tls
@@ -43,6 +45,16 @@ async def make_certs(directory: Path) -> Certs:
 @pytest.fixture
 async def certs(tmp_path: Path) -> Certs:
     return await make_certs(tmp_path)
+
+
+@pytest.fixture
+def tls_records() -> Iterator[object]:
+    """The native TLS records' extension module (skipped where it is not built, failed under CI)."""
+    use_records_path("native")
+    selected = native.selection().tls_records
+    assert selected is not None
+    yield selected
+    native.use(None)
 
 
 @pytest.fixture
