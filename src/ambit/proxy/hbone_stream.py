@@ -250,7 +250,9 @@ class HboneStream:
         """Have the core hand DATA straight to the sink (no event, no ``_data``) while nothing is held back."""
         sink = self._sink
         if sink is not None and not self._paused and not self._chunks and self._error is None:
-            self._session.core.attach(self.stream_id, sink.on_data)
+            # The relay's sink in C where it has one (step 3: a payload sent on its socket with no Python frame).
+            native_sink = getattr(sink, "native", None)
+            self._session.core.attach(self.stream_id, sink.on_data if native_sink is None else native_sink)
 
     def write_nowait(self, data: bytes | memoryview) -> bool:
         if self._error is not None or self._local_ended:
@@ -274,6 +276,11 @@ class HboneStream:
     @property
     def flushed(self) -> bool:
         return True  # what is queued belongs to the core now; ``aclose`` waits for it
+
+    @property
+    def native_data(self) -> bool:
+        """The session parses and frames DATA in C (``DataPath``): the relay may move this stream's bytes in C."""
+        return self._session.data_path is not None
 
     def _deliver(self) -> None:
         """Hand queued chunks (then EOF) to the sink while not paused; the caller flushes the session."""
