@@ -452,3 +452,35 @@ def test_bytes_out_equal_bytes_in_for_any_chunks_and_kernel_buffers_on_both_path
     tmp_path: Path,
 ) -> None:
     asyncio.run(_exchange(certs, relay_path, sizes, (sndbuf, rcvbuf)))
+
+
+async def test_a_finished_splice_with_its_c_side_is_freed_without_the_cyclic_collector(
+    certs: tuple[WorkloadCertificate, WorkloadCertificate], relay_path: str
+) -> None:
+    """The C callables hold their direction, which holds them: the finished splice lets them go, so a relayed
+    connection is still freed by reference counting on both paths."""
+    import gc
+
+    relay_types = {"Splice", "_Direction", "SocketStream", "RelayResult", "SocketSink", "SocketReader"}
+    async with socket_pair(certs) as pair:
+        gc.collect()
+        gc.disable()
+        try:
+            rig = await chain(pair, relay_path)
+            await send_all(rig.client, b"ping")
+            assert await read_exactly(rig.server, 4) == b"ping"
+            rig.client.shutdown(socket.SHUT_WR)
+            rig.server.shutdown(socket.SHUT_WR)
+            assert await read_to_eof(rig.client) == b""
+            await until(lambda: len(rig.done) == 2)
+            rig.client.close()
+            rig.server.close()
+            del rig
+            await asyncio.sleep(0.05)
+            gc.set_debug(gc.DEBUG_SAVEALL)  # what the collector would have to free stays in gc.garbage
+            gc.collect()
+            assert sorted({type(o).__name__ for o in gc.garbage} & relay_types) == []
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            gc.enable()
