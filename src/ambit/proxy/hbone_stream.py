@@ -22,7 +22,8 @@ wants to send is flushed to the transport. There is exactly one dispatch functio
   (unconsumed, so the peer's window closes as in pull mode) until ``resume_reading``. ``write_nowait`` is
   ``write`` without the wait: it answers False over the same bounds, and ``when_drained`` fires once below them.
   While nothing is held back (not paused, no chunk queued, no error) the sink's ``on_data`` is attached to the core
-  (``HboneCore.attach``), which hands it each chunk as it parses it, consumed: no event, no dispatch. Pausing
+  (``HboneCore.attach``), which hands it each chunk as it parses it, consumed: no event, no dispatch (or the sink's
+  ``native`` callable where it has one: the relay's socket side in C, ``ambit.proxy.relay``). Pausing
   detaches it first, so what follows queues here unconsumed; resuming delivers the queue, then attaches again.
 - ``write_eof`` sends END_STREAM, ``abort`` sends RST_STREAM; a reset from the peer or the loss of the
   connection makes a pending or later ``read``/``write`` raise :class:`StreamClosedError`.
