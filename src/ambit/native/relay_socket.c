@@ -174,18 +174,20 @@ static PyObject *SocketSink_vectorcall(PyObject *callable, PyObject *const *args
         PyErr_SetString(PyExc_TypeError, "a SocketSink takes one chunk");
         return NULL;
     }
-    PyObject *direction = direction_of(callable), *data = args[0], *relay = NULL;
+    PyObject *direction = direction_of(callable), *data = args[0], *relay = NULL, *result = NULL;
     if (direction == NULL)
         return NULL;
     int fd = -1;
     int steady = sink_steady(direction, &relay, &fd);
-    if (steady < 0)
-        return NULL;
-    if (steady == 0)
-        return call(direction, s_on_data, data);
+    if (steady <= 0) {
+        result = steady < 0 ? NULL : call(direction, s_on_data, data);
+        Py_DECREF(direction);
+        return result;
+    }
     Py_buffer view;
     if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
         Py_DECREF(relay);
+        Py_DECREF(direction);
         return NULL;
     }
     Py_ssize_t size = view.len, sent = 0;
@@ -197,7 +199,6 @@ static PyObject *SocketSink_vectorcall(PyObject *callable, PyObject *const *args
         error = sent < 0 ? errno : 0;
     }
     PyBuffer_Release(&view);
-    PyObject *result = NULL;
     if (sent < 0 && error != EAGAIN && error != EWOULDBLOCK) { /* as write_nowait's send would have raised */
         errno = error;
         PyErr_SetFromErrno(PyExc_OSError);
@@ -216,6 +217,7 @@ static PyObject *SocketSink_vectorcall(PyObject *callable, PyObject *const *args
         Py_XDECREF(rest);
     }
     Py_DECREF(relay);
+    Py_DECREF(direction);
     return result;
 }
 
@@ -325,17 +327,15 @@ static PyObject *SocketReader_vectorcall(PyObject *callable, PyObject *const *ar
     if (direction == NULL)
         return NULL;
     Reading r = {NULL, NULL, NULL, NULL, NULL, 0, 0, -1};
+    PyObject *chunk = NULL, *result = NULL;
     int steady = reader_steady(direction, &r);
-    if (steady < 0)
-        return NULL;
-    if (steady == 0) {
-        PyObject *src = PyObject_GetAttr(direction, s_src);
-        PyObject *result = src == NULL ? NULL : call(src, s_push_readable, NULL);
+    if (steady <= 0) {
+        PyObject *src = steady < 0 ? NULL : PyObject_GetAttr(direction, s_src);
+        result = src == NULL ? NULL : call(src, s_push_readable, NULL);
         Py_XDECREF(src);
-        return result;
+        goto done;
     }
-    PyObject *chunk = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)r.chunk), *result = NULL;
-    if (chunk == NULL)
+    if ((chunk = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)r.chunk)) == NULL)
         goto done;
     Py_ssize_t n;
     do
@@ -358,18 +358,20 @@ static PyObject *SocketReader_vectorcall(PyObject *callable, PyObject *const *ar
 done:
     Py_XDECREF(chunk);
     reading_clear(&r);
+    Py_DECREF(direction);
     return result;
 }
 
 /* The two types. */
 
-/* The direction, or NULL with an exception once the collector cleared the object (broke a cycle through it). */
+/* The direction, a new reference held for the whole call (the Python code it calls may let this object go), or
+ * NULL with an exception once the collector cleared the object (broke a cycle through it). */
 static PyObject *direction_of(PyObject *callable)
 {
     PyObject *direction = ((RelaySide *)callable)->direction;
     if (direction == NULL)
         PyErr_SetString(PyExc_RuntimeError, "the relay side was cleared");
-    return direction;
+    return Py_XNewRef(direction);
 }
 
 static PyObject *RelaySide_new(PyTypeObject *type, PyObject *args, PyObject *kwargs, vectorcallfunc vectorcall)
