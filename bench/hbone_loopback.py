@@ -16,7 +16,8 @@ TLS 1.3 with ECDSA P-256 certificates, as :mod:`bench.mesh.tunnels` configures i
 stunnel processes'), so the two can be compared in one run; ``--peer both`` alternates them ``--rounds`` times.
 ``--tls-transport`` picks ambit's HBONE TLS transport: ``loop``, ``socket`` (records in Python), ``socket+native``
 (records in C, :mod:`ambit.native`; the extension must be built), ``socket+frames`` (records and the DATA frames of
-attached streams in C), ``both`` (loop and socket) or ``all`` (the four).
+attached streams in C), ``socket+relay`` (those and the relay's plain socket side in C: step 3), ``both`` (loop and
+socket) or ``all`` (the five).
 ``--calls TOP`` counts Python and C calls per round trip (per MB in bulk) under cProfile instead, and names the
 ``TOP`` most called: the figure to compare across commits on a loaded machine. ``--modes bulk4`` sends four
 streams at once. Caveat for it: here both ambit roles share one thread, while each
@@ -294,16 +295,18 @@ NATIVE = "socket+native"
 """The socket transport with its TLS records in C (``ambit.native``, step 1)."""
 FRAMES = "socket+frames"
 """The same with the DATA frames of attached streams parsed in C too (``ambit.native._hbone_data``, step 2)."""
+RELAY = "socket+relay"
+"""The same with the relay's plain socket side in C too (``SocketSink``/``SocketReader`` of ``_hbone_data``, step 3)."""
 
 
 def _use_transport(name: str) -> TlsTransportKind:
     """Select the record path ``name`` asks for in this process; the transport kind to pass to ``run``."""
-    if name in (NATIVE, FRAMES):
+    if name in (NATIVE, FRAMES, RELAY):
         module, reason = native.load_tls_records()
-        hbone_data = native.load_hbone_data() if name == FRAMES else None
-        if module is None or (name == FRAMES and hbone_data is None):
+        hbone_data = native.load_hbone_data() if name != NATIVE else None
+        if module is None or (name != NATIVE and hbone_data is None):
             raise SystemExit(f"{name}: {reason} (build it: python scripts/build_native.py)")
-        native.use(native.NativeSelection(module, reason, hbone_data))
+        native.use(native.NativeSelection(module, reason, hbone_data, hbone_data if name == RELAY else None))
         return "socket"
     native.use(native.NativeSelection(None, "the pure-Python path, by the benchmark"))
     return "socket" if name == "socket" else "loop"
@@ -318,7 +321,7 @@ def main() -> None:
     parser.add_argument("--modes", default="rr,bulk", help="comma-separated: rr, bulk, bulk4 (4 streams)")
     parser.add_argument(
         "--tls-transport",
-        choices=(*TLS_TRANSPORTS, NATIVE, FRAMES, "both", "all"),
+        choices=(*TLS_TRANSPORTS, NATIVE, FRAMES, RELAY, "both", "all"),
         default="loop",
         help="ambit's HBONE TLS transport: the loop's, TLS on the socket with its records in Python or in C, both "
         "(loop, socket) or all three (alternated with the peers)",
@@ -327,7 +330,7 @@ def main() -> None:
     args = parser.parse_args()
     tune_allocator()  # as ``ambit nodeproxy`` does at start-up
     tune_collector()
-    transports = {"both": TLS_TRANSPORTS, "all": (*TLS_TRANSPORTS, NATIVE, FRAMES)}.get(
+    transports = {"both": TLS_TRANSPORTS, "all": (*TLS_TRANSPORTS, NATIVE, FRAMES, RELAY)}.get(
         args.tls_transport, (args.tls_transport,)
     )
     if args.calls is not None:

@@ -163,8 +163,9 @@ def pytest_runtest_protocol(item: pytest.Item) -> object:
 
 
 def use_records_path(path: str) -> None:
-    """Make this process run TLS records on ``path`` ("python" or "native"); a native path that is not built skips
-    the test, or fails it under CI (``CI=true``), so CI cannot test the fallback alone without saying so."""
+    """Make this process run TLS records on ``path``: "python", "native" (records and DATA frames of attached streams
+    in C: steps 1 and 2) or "relay" (and the relay's plain socket side: step 3); a native path that is not built
+    skips the test, or fails it under CI (``CI=true``), so CI cannot test the fallback alone without saying so."""
     if path == "python":
         native.use(native.NativeSelection(None, "the pure-Python path, by the test"))
         return
@@ -176,7 +177,9 @@ def use_records_path(path: str) -> None:
     hbone_data = native.load_hbone_data()
     if hbone_data is None and os.environ.get("CI") == "true":
         pytest.fail("CI=true and the native HBONE DATA path (_hbone_data) cannot be used")
-    native.use(native.NativeSelection(module, reason, hbone_data))
+    if path == "relay" and hbone_data is None:
+        pytest.skip("the native HBONE DATA path (_hbone_data) is not built: no relay sockets in C without it")
+    native.use(native.NativeSelection(module, reason, hbone_data, hbone_data if path == "relay" else None))
 
 
 @pytest.fixture(params=("python", "native"))
@@ -227,12 +230,13 @@ def data_path(request: pytest.FixtureRequest) -> DataPathFactory:
     return native_receive
 
 
-@pytest.fixture(params=("loop", "socket", "socket-native"))
+@pytest.fixture(params=("loop", "socket", "socket-native", "socket-relay"))
 def tls_transport(request: pytest.FixtureRequest) -> Iterator[TlsTransportKind]:
     """Each HBONE TLS transport in turn (the loop's, TLS on the socket with its records in Python, the same with its
-    records in C): a test that takes it, or a fixture that does, runs on each, and the same behaviour must hold."""
+    records and DATA frames in C, and with the relay's socket side in C too): a test that takes it, or a fixture
+    that does, runs on each, and the same behaviour must hold."""
     kind: str = request.param
-    use_records_path("native" if kind == "socket-native" else "python")
+    use_records_path({"socket-native": "native", "socket-relay": "relay"}.get(kind, "python"))
     yield "loop" if kind == "loop" else "socket"
     native.use(None)
 

@@ -19,6 +19,7 @@ from ambit.proxy.hbone_client import HboneClient
 from ambit.proxy.hbone_server import HboneServer, InboundRequest, TunnelResponder
 from ambit.proxy.hbone_stream import HboneStream
 from ambit.proxy.sockets import HostSocketFactory, connect
+from ambit.tls.socket_transport import TlsTransportKind
 from ambit.tls.workload import WorkloadCertificate
 
 TD = "cluster.local"
@@ -104,6 +105,8 @@ class HbonePair:
     def __init__(self, client_cert: WorkloadCertificate, server_cert: WorkloadCertificate) -> None:
         self.client_cert, self.server_cert = client_cert, server_cert
         self.server_settings: HboneSettings | None = None
+        self.tls_transport: TlsTransportKind = "loop"
+        """Both ends' HBONE TLS transport (the record and DATA paths are the process's: ``ambit.native``)."""
         self.handler: Callable[[InboundRequest, TunnelResponder], Awaitable[object]] | None = None
         """When set, the server's handler instead of handing each tunnel to the test (``accepted``)."""
         self.accepted: asyncio.Queue[HboneStream] = asyncio.Queue()
@@ -120,7 +123,12 @@ class HbonePair:
             sock, _ = await loop.sock_accept(self._listener)
             task = asyncio.create_task(
                 HboneServer.serve(
-                    sock, self._cert, trust_domain=TD, handler=self._handle, settings=self.server_settings
+                    sock,
+                    self._cert,
+                    trust_domain=TD,
+                    handler=self._handle,
+                    settings=self.server_settings,
+                    tls_transport=self.tls_transport,
                 )
             )
             self.serving.add(task)
@@ -139,7 +147,9 @@ class HbonePair:
     async def open_near(self) -> HboneStream:
         """A tunnel on a new client connection; its client end."""
         sock = await connect(FACTORY, self._listener.getsockname())
-        client = await HboneClient.connect(sock, self.client_cert, frozenset({SERVER}), trust_domain=TD)
+        client = await HboneClient.connect(
+            sock, self.client_cert, frozenset({SERVER}), trust_domain=TD, tls_transport=self.tls_transport
+        )
         self.clients.append(client)
         return await client.open_tunnel("127.0.0.1:80", [])
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from bench.relaying import relay
+from tests.conftest import use_records_path
 from tests.integration.proxy_rig import (
     HbonePair,
     connected_pair,
@@ -34,6 +35,7 @@ from tests.integration.proxy_rig import (
     until,
 )
 
+from ambit import native
 from ambit.hbone.connection import HboneSettings
 from ambit.proxy.errors import StreamClosedError
 from ambit.proxy.hbone_stream import WRITE_BOUND
@@ -262,10 +264,17 @@ async def test_close_now_after_a_splice_ends_closes_both_sockets(rig: Rig) -> No
 # HBONE
 
 
-@pytest.fixture
-async def hbone(tmp_path: Path) -> AsyncIterator[HbonePair]:
-    async with hbone_pair(tmp_path) as pair:
-        yield pair
+@pytest.fixture(params=("loop", "socket-native", "socket-relay"))
+async def hbone(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[HbonePair]:
+    """The pair on the loop's TLS transport, on the socket transport with records and DATA frames in C, and with the
+    relay's socket side in C too (step 3): splices of a socket and a tunnel run on each."""
+    use_records_path({"socket-native": "native", "socket-relay": "relay"}.get(request.param, "python"))
+    try:
+        async with hbone_pair(tmp_path) as pair:
+            pair.tls_transport = "loop" if request.param == "loop" else "socket"
+            yield pair
+    finally:
+        native.use(None)
 
 
 async def test_close_now_waits_in_a_task_for_bytes_queued_behind_flow_control_and_the_peer_gets_them_all(

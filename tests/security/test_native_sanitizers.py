@@ -3,10 +3,11 @@
 The extensions are built again with ``-fsanitize=address,undefined`` into a temporary directory
 (``scripts/build_native.py --extra-cflags ... --output ...``), and a child Python with the sanitizers' runtime
 preloaded imports that build (it checks which modules it imported) and runs the native-records security tests
-(hostile peers, the C object's refusals, the hypothesis write/read exchange with a few examples) and the native DATA
-path's differential and fast-path tests. Any heap, stack or global overflow, use after free, or undefined behaviour
-in the C code aborts the child, and this test fails with the sanitizer's report. Without a compiler or libasan it
-skips, except under ``CI=true``, where it fails.
+(hostile peers, the C object's refusals, the hypothesis write/read exchange with a few examples), the native DATA
+path's differential and fast-path tests, and the relay's socket side in C (``relay_socket.c``: its fallbacks, a
+reused descriptor, random chunks and buffers). Any heap, stack or global overflow, use after free, or undefined
+behaviour in the C code aborts the child, and this test fails with the sanitizer's report. Without a compiler or
+libasan it skips, except under ``CI=true``, where it fails.
 """
 
 from __future__ import annotations
@@ -26,11 +27,12 @@ TESTS = [
     "tests/security/test_tls_read_pump.py",
     "tests/unit/test_hbone_native_data.py",
     "tests/unit/test_hbone_fast_paths.py",
+    "tests/integration/test_relay_sockets_native.py",
     "-k",
     "not python",
 ]
-"""What the child runs: the security tests of the native record path and the differential and fast-path tests of
-the native DATA path (the pure-Python cases have no C to check)."""
+"""What the child runs: the security tests of the native record path, the differential and fast-path tests of the
+native DATA path and the relay socket side's tests (step 3; the pure-Python cases have no C to check)."""
 
 CHILD = """
 import sys
@@ -82,6 +84,7 @@ def test_the_native_records_pass_their_security_tests_under_address_and_undefine
         "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1",
         "AMBIT_EXCHANGE_EXAMPLES": "6",
         "AMBIT_DATA_PATH_EXAMPLES": "100",
+        "AMBIT_RELAY_EXAMPLES": "8",
         "CI": "true",  # in the child a native test that cannot run fails rather than skips
         "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)]),
     }

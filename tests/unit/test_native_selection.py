@@ -65,3 +65,23 @@ def test_the_hbone_data_path_comes_with_the_native_records_only_and_when_asked(m
         assert "HBONE DATA frames in Python" in native.select({}).describe()
     with pytest.raises(native.NativeError, match="AMBIT_NATIVE_DATA='yes'"):
         native.select({"AMBIT_NATIVE_DATA": "yes"})
+
+
+def test_the_relay_sockets_in_c_come_with_the_native_data_path_unless_turned_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Step 3 (``relay_socket.c``) rides on step 2: on wherever DATA frames are in C, off with AMBIT_NATIVE_RELAY=0,
+    never without them."""
+    on = {"AMBIT_NATIVE_DATA": "1"}
+    assert native.select({"AMBIT_NATIVE": "0", **on}).relay_sockets is None
+    assert native.select({}).relay_sockets is None  # no DATA frames in C: no relay sockets in C
+    with pytest.raises(native.NativeError, match="AMBIT_NATIVE_RELAY='on'"):
+        native.select({**on, "AMBIT_NATIVE_RELAY": "on"})
+    module = native.load_hbone_data()
+    if module is None or native.select({}).tls_records is None:
+        pytest.skip("the native extensions are not built")
+    chosen = native.select(on)
+    assert chosen.relay_sockets is module and "relay sockets in C" in chosen.describe()
+    assert native.select({**on, "AMBIT_NATIVE_RELAY": "1"}).relay_sockets is module
+    off = native.select({**on, "AMBIT_NATIVE_RELAY": "0"})
+    assert off.hbone_data is module and off.relay_sockets is None and "relay sockets in Python" in off.describe()

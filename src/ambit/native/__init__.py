@@ -14,8 +14,10 @@ start-up, from the environment:
 Step 2 of the plan (docs/native-data-path.md: DATA frames of attached streams in C) is chosen by
 ``AMBIT_NATIVE_DATA=1``, which adds it to the native records; unset or ``0``, DATA frames stay in the Python engine.
 The deployed node proxy sets it (deploy/base/ztunnel/daemonset.yaml, since the lab measured it: session 35); a
-process started by hand keeps the Python engine unless asked. Tests and benchmarks select both paths explicitly
-(:func:`use`).
+process started by hand keeps the Python engine unless asked. Step 3 (the relay's plain socket side in C,
+``relay_socket.c``: a splice between a socket and an HBONE stream on that DATA path moves its bytes in C) comes with
+step 2; ``AMBIT_NATIVE_RELAY=0`` leaves it out (the relay's Python callbacks, as at step 2). Tests and benchmarks select
+both paths explicitly (:func:`use`).
 
 The extension counts as usable only when it was built against the OpenSSL that Python's ``ssl`` runs (the same
 ``OPENSSL_VERSION_NUMBER``): it handles the ``SSL *`` objects of that library.
@@ -33,6 +35,7 @@ from ambit.errors import AmbitError
 
 ENVIRONMENT = "AMBIT_NATIVE"
 DATA_ENVIRONMENT = "AMBIT_NATIVE_DATA"
+RELAY_ENVIRONMENT = "AMBIT_NATIVE_RELAY"
 
 
 class NativeError(AmbitError):
@@ -48,6 +51,9 @@ class NativeSelection:
     """Why, in a few words (for the start-up log line and the config dump)."""
     hbone_data: ModuleType | None = None
     """``_hbone_data``, where it loads and the records are native; None: DATA frames stay in the Python engine."""
+    relay_sockets: ModuleType | None = None
+    """``_hbone_data`` again where the relay's plain socket side runs in C too (step 3: its ``SocketSink`` and
+    ``SocketReader``); None: the relay's Python callbacks. Only with ``hbone_data``."""
 
     @property
     def name(self) -> str:
@@ -88,6 +94,9 @@ def select(environ: Mapping[str, str]) -> NativeSelection:
     data_setting = environ.get(DATA_ENVIRONMENT, "")
     if data_setting not in ("", "0", "1"):
         raise NativeError(f"{DATA_ENVIRONMENT}={data_setting!r}: expected 1 (DATA frames in C), 0 or unset")
+    relay_setting = environ.get(RELAY_ENVIRONMENT, "")
+    if relay_setting not in ("", "0", "1"):
+        raise NativeError(f"{RELAY_ENVIRONMENT}={relay_setting!r}: expected 0 (the relay in Python), 1 or unset")
     if setting == "0":
         return NativeSelection(None, f"{ENVIRONMENT}=0")
     module, reason = load_tls_records()
@@ -100,7 +109,9 @@ def select(environ: Mapping[str, str]) -> NativeSelection:
     hbone_data = load_hbone_data()
     if hbone_data is None:
         raise NativeError(f"{DATA_ENVIRONMENT}=1 but the native HBONE DATA path (_hbone_data) is not built")
-    return NativeSelection(module, reason + ", HBONE DATA frames in C", hbone_data)
+    if relay_setting == "0":
+        return NativeSelection(module, reason + ", HBONE DATA frames in C, relay sockets in Python", hbone_data)
+    return NativeSelection(module, reason + ", HBONE DATA frames in C, relay sockets in C", hbone_data, hbone_data)
 
 
 _selection: NativeSelection | None = None

@@ -26,7 +26,8 @@
  * core's, by the same code: FRAME_SIZE_ERROR, FLOW_CONTROL_ERROR, the flood budgets (rules A to C).
  *
  * Sending (DataPath.send) is in hbone_send.c: a relay's chunk framed as DATA and written through the transport's
- * records in one call, on the same fields of the core.
+ * records in one call, on the same fields of the core. The relay's plain socket side (SocketSink, SocketReader:
+ * step 3) is in relay_socket.c.
  *
  * Memory safety: every length is the peer's 24-bit field checked against max_frame_size and against the octets
  * held before any use; the header is read only when 9 octets are held; nothing is copied into a buffer of ours.
@@ -366,7 +367,7 @@ static PyMemberDef DataPath_members[] = {
     {NULL, 0, 0, 0, NULL},
 };
 
-static PyTypeObject DataPathType = {
+PyTypeObject DataPathType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ambit.native._hbone_data.DataPath",
     .tp_basicsize = sizeof(DataPath),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
@@ -448,7 +449,7 @@ PyMODINIT_FUNC PyInit__hbone_data(void)
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
-    if (PyModule_AddObjectRef(m, "DataPath", (PyObject *)&DataPathType) < 0) {
+    if (PyModule_AddObjectRef(m, "DataPath", (PyObject *)&DataPathType) < 0 || relay_socket_init(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -1,5 +1,5 @@
-/* What the two C files of the _hbone_data extension share (hbone_data.c: the type, receiving; hbone_send.c:
- * sending): the frame constants, the DataPath object, the interned attribute names of the core, its streams, its
+/* What the C files of the _hbone_data extension share (hbone_data.c: the type, receiving; hbone_send.c:
+ * sending; relay_socket.c: the relay's socket side): the frame constants, the DataPath object, the interned attribute names of the core, its streams, its
  * session and its transport, and the accessors of those attributes. */
 #ifndef AMBIT_HBONE_DATA_H
 #define AMBIT_HBONE_DATA_H
@@ -39,8 +39,14 @@ int set_long(PyObject *obj, PyObject *name, long value);
 /* An attribute's truth: 1, 0, or -1 with an exception set. */
 int get_true(PyObject *obj, PyObject *name);
 
+/* The DataPath type (hbone_data.c): the relay's socket reader checks a session's data_path is one. */
+extern PyTypeObject DataPathType;
+
 /* DataPath.send (hbone_send.c). */
 extern const char DataPath_send_doc[];
 PyObject *DataPath_send(DataPath *self, PyObject *const *args, Py_ssize_t nargs);
+
+/* The relay's plain socket side (relay_socket.c): SocketSink and SocketReader added to the module. 0, or -1. */
+int relay_socket_init(PyObject *module);
 
 #endif

@@ -22,7 +22,8 @@ wants to send is flushed to the transport. There is exactly one dispatch functio
   (unconsumed, so the peer's window closes as in pull mode) until ``resume_reading``. ``write_nowait`` is
   ``write`` without the wait: it answers False over the same bounds, and ``when_drained`` fires once below them.
   While nothing is held back (not paused, no chunk queued, no error) the sink's ``on_data`` is attached to the core
-  (``HboneCore.attach``), which hands it each chunk as it parses it, consumed: no event, no dispatch. Pausing
+  (``HboneCore.attach``), which hands it each chunk as it parses it, consumed: no event, no dispatch (or the sink's
+  ``native`` callable where it has one: the relay's socket side in C, ``ambit.proxy.relay``). Pausing
   detaches it first, so what follows queues here unconsumed; resuming delivers the queue, then attaches again.
 - ``write_eof`` sends END_STREAM, ``abort`` sends RST_STREAM; a reset from the peer or the loss of the
   connection makes a pending or later ``read``/``write`` raise :class:`StreamClosedError`.
@@ -250,7 +251,9 @@ class HboneStream:
         """Have the core hand DATA straight to the sink (no event, no ``_data``) while nothing is held back."""
         sink = self._sink
         if sink is not None and not self._paused and not self._chunks and self._error is None:
-            self._session.core.attach(self.stream_id, sink.on_data)
+            # The relay's sink in C where it has one (step 3: a payload sent on its socket with no Python frame).
+            native_sink = getattr(sink, "native", None)
+            self._session.core.attach(self.stream_id, sink.on_data if native_sink is None else native_sink)
 
     def write_nowait(self, data: bytes | memoryview) -> bool:
         if self._error is not None or self._local_ended:
@@ -274,6 +277,11 @@ class HboneStream:
     @property
     def flushed(self) -> bool:
         return True  # what is queued belongs to the core now; ``aclose`` waits for it
+
+    @property
+    def native_data(self) -> bool:
+        """The session parses and frames DATA in C (``DataPath``): the relay may move this stream's bytes in C."""
+        return self._session.data_path is not None
 
     def _deliver(self) -> None:
         """Hand queued chunks (then EOF) to the sink while not paused; the caller flushes the session."""

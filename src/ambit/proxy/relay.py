@@ -22,6 +22,16 @@ Rules:
 :func:`splice` starts a relay and returns at once. The node proxy's connection handlers set a connection up, splice
 it and return; the splice's ``on_done`` does the rest (accounting, closing both streams, forgetting the
 connection), so a held idle connection is a few small objects, with no task, coroutine frame or future.
+
+The plain socket side in C (step 3 of docs/native-data-path.md): where the process runs the native DATA path
+(``ambit.native.selection().relay_sockets``) and a direction joins a :class:`SocketStream` and an
+:class:`HboneStream` whose session has a ``DataPath``, with no per-chunk callbacks, the direction gets a
+``native`` callable from ``relay_socket.c``: the HBONE stream attaches a ``SocketSink`` (payloads sent on the socket
+and counted in C) in place of :meth:`_Direction.on_data`, and the socket registers a ``SocketReader`` (a read handed
+to ``DataPath.send`` and counted in C) in place of its ``_push_readable``. Each reads this module's state and the
+streams' on every call and falls back, from the octet it stopped at, to the Python methods here
+(:meth:`_Direction.on_data`, :meth:`_Direction.hold_source`, :meth:`_Direction.write_failed`,
+:meth:`_Direction.send_failed`) and the streams' own: the rules above hold on both paths.
 """
 
 from __future__ import annotations
@@ -33,9 +43,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from ambit.proxy.errors import ProxyError
+from ambit import native
+from ambit.proxy.errors import ProxyError, StreamClosedError
 from ambit.proxy.hbone_stream import HboneStream
-from ambit.proxy.streams import ByteStream, PushStream, SocketStream
+from ambit.proxy.streams import ByteStream, PushStream, SocketStream, describe
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +144,7 @@ class Splice:
         # both streams and what they hold were a cycle left to the collector, per connection.
         for direction in self.directions:
             direction.relay = None
+            direction.native = None  # it holds the direction: one more cycle, let go here
         self.directions = ()
 
     def direction_done(self) -> None:
@@ -223,14 +235,25 @@ async def _close_quietly(stream: ByteStream) -> None:
 class _Direction:
     """One direction of a :class:`Splice`: ``src``'s chunks, EOF and failure go to ``dst``."""
 
-    __slots__ = ("dst", "relay", "src", "upward")
+    __slots__ = ("dst", "native", "relay", "src", "upward")
 
     def __init__(self, relay: Splice, src: PushStream, dst: PushStream, upward: bool) -> None:
         self.relay: Splice | None = relay
         """None once the splice finished (it lets its directions go; see :meth:`Splice.finish`)."""
         self.src, self.dst, self.upward = src, dst, upward
+        self.native: Callable[..., None] | None = None
+        """What ``src`` calls instead of the Python path where the relay's socket side runs in C (see the module
+        docstring): a ``SocketSink`` (an HBONE source's attached sink) or a ``SocketReader`` (a socket source's
+        reader callback); None otherwise, and once the splice finished."""
 
     def start(self) -> None:
+        module = native.selection().relay_sockets
+        if module is not None and self.relay is not None and self.relay.callbacks is None:
+            src, dst = self.src, self.dst
+            if type(src) is SocketStream and type(dst) is HboneStream and dst.native_data:
+                self.native = module.SocketReader(self)
+            elif type(src) is HboneStream and type(dst) is SocketStream and src.native_data:
+                self.native = module.SocketSink(self)
         self.src.start_push(self)
 
     @property
@@ -258,9 +281,26 @@ class _Direction:
             if callbacks is not None:
                 callbacks.down(n)
         if not below_bound:
-            src = self.src
-            src.pause_reading()
-            dst.when_drained(src.resume_reading)
+            self.hold_source()
+
+    def hold_source(self) -> None:
+        """``dst`` is over its bound: stop reading ``src`` until it drains (also called from C)."""
+        src = self.src
+        src.pause_reading()
+        self.dst.when_drained(src.resume_reading)
+
+    def write_failed(self, exc: BaseException) -> None:
+        """``dst``'s write raised ``exc`` (called from C): the splice fails, as in :meth:`on_data`; anything else
+        than a stream's or a socket's error is raised again, as it would have left :meth:`on_data`."""
+        if not isinstance(exc, (ProxyError, OSError)):
+            raise exc
+        relay = self.relay
+        if relay is not None:
+            relay.finish(f"{self.name} write: {exc}")
+
+    def send_failed(self, exc: OSError) -> None:
+        """The C sink's ``send`` on ``dst``'s socket failed: what the socket's ``write_nowait`` would have raised."""
+        self.write_failed(StreamClosedError(f"write: {describe(exc)}"))
 
     def on_eof(self) -> None:
         relay = self.relay

@@ -85,7 +85,8 @@ class PushStream(ByteStream, Protocol):
         """Nothing written is held by us any more (what is left is the kernel's or the protocol core's)."""
 
 
-def _describe(exc: OSError) -> str:
+def describe(exc: OSError) -> str:
+    """A socket error in a few words, as the relay reports it."""
     if exc.errno in (errno.ECONNRESET, errno.EPIPE):
         return "connection reset by peer"
     return exc.strerror or str(exc)
@@ -158,7 +159,7 @@ class SocketStream:
                 await self._wait_readable()
                 continue
             except OSError as exc:
-                raise StreamClosedError(f"read: {_describe(exc)}") from exc
+                raise StreamClosedError(f"read: {describe(exc)}") from exc
             if len(data) == self._chunk and self._chunk < self._max_chunk:
                 self._chunk = min(self._chunk * 2, self._max_chunk)
             return data
@@ -175,7 +176,7 @@ class SocketStream:
                 await self._wait_writable()
                 continue
             except OSError as exc:
-                raise StreamClosedError(f"write: {_describe(exc)}") from exc
+                raise StreamClosedError(f"write: {describe(exc)}") from exc
             view = view[sent:]
 
     def write_eof(self) -> None:
@@ -205,7 +206,10 @@ class SocketStream:
     def resume_reading(self) -> None:
         if not self._read_armed and not self._closed and not self._eof_seen:
             self._read_armed = True
-            self._loop.add_reader(self._fd, self._push_readable)
+            # The relay's reader in C where its sink has one (step 3 of docs/native-data-path.md: it falls back to
+            # _push_readable itself whenever it is not in its steady state).
+            reader = getattr(self._sink, "native", None)
+            self._loop.add_reader(self._fd, self._push_readable if reader is None else reader)
 
     def write_nowait(self, data: bytes | memoryview) -> bool:
         if self._closed or self._eof_sent:
@@ -217,7 +221,7 @@ class SocketStream:
             except (BlockingIOError, InterruptedError):
                 sent = 0
             except OSError as exc:
-                raise StreamClosedError(f"write: {_describe(exc)}") from exc
+                raise StreamClosedError(f"write: {describe(exc)}") from exc
             if sent == len(data):
                 return True
             view = memoryview(data)[sent:]
@@ -249,17 +253,25 @@ class SocketStream:
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
-            self.pause_reading()
-            self._sink.on_error(_describe(exc))
+            self._read_failed(exc)
             return
         if not data:
-            self._eof_seen = True
-            self.pause_reading()
-            self._sink.on_eof()
+            self._read_eof()
             return
         if len(data) == self._chunk and self._chunk < self._max_chunk:
             self._chunk = min(self._chunk * 2, self._max_chunk)
         self._sink.on_data(data)
+
+    def _read_failed(self, exc: OSError) -> None:
+        """A push-mode read failed (here or in the relay's C reader, ``relay_socket.c``)."""
+        self.pause_reading()
+        self._sink.on_error(describe(exc))
+
+    def _read_eof(self) -> None:
+        """A push-mode read found EOF (here or in the relay's C reader)."""
+        self._eof_seen = True
+        self.pause_reading()
+        self._sink.on_eof()
 
     def _push_writable(self) -> None:
         out = self._out
@@ -271,7 +283,7 @@ class SocketStream:
                 return
             except OSError as exc:
                 self._disarm_writer()
-                self._sink.on_error(f"(while writing) {_describe(exc)}")
+                self._sink.on_error(f"(while writing) {describe(exc)}")
                 return
             if sent < len(out[0]):
                 out[0] = out[0][sent:]
