@@ -19,6 +19,7 @@ if str(REPO) not in sys.path:
 
 from bench.mesh.chart import draw  # noqa: E402
 from bench.mesh.probes import ProbeError, parse_iperf3, parse_sockperf  # noqa: E402
+from bench.mesh.profile import PROFILES  # noqa: E402
 from bench.mesh.results import Sample, aggregate  # noqa: E402
 
 SOCKPERF = """sockperf: [Total Run] RunTime=1.000 sec; Warm up time=400 msec; SentMessages=21122; ReceivedMessages=21121
@@ -101,3 +102,9 @@ def test_a_client_past_its_bound_fails_naming_its_route_and_its_sockets(monkeypa
     assert "client netns bench-c1" in message
     assert "ESTAB 0 4194304" in message
     assert sum("iperf3" in argv for argv in calls) == 1  # a hang is reported, not hidden by the busy-server retry
+
+
+def test_the_unpinned_scenario_runs_in_bench_quick_and_full_but_not_in_the_smoke_test() -> None:
+    assert PROFILES["short"].unpinned_sizes == (14,)  # `make bench-quick`
+    assert PROFILES["full"].unpinned_sizes == (14, 1024)
+    assert PROFILES["smoke"].unpinned_sizes == ()
