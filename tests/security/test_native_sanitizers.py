@@ -25,6 +25,7 @@ SANITIZE = "-fsanitize=address,undefined -fno-omit-frame-pointer"
 TESTS = [
     "tests/security/test_tls_native_records.py",
     "tests/security/test_tls_read_pump.py",
+    "tests/security/test_tls_key_update.py",
     "tests/unit/test_hbone_native_data.py",
     "tests/unit/test_hbone_fast_paths.py",
     "tests/integration/test_relay_sockets_native.py",

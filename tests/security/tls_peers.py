@@ -146,6 +146,14 @@ async def tls_end(
 
 async def hand_handshake(sock: socket.socket, context: ssl.SSLContext) -> tuple[ssl.SSLObject, ssl.MemoryBIO]:
     """The client handshake driven by hand over memory BIOs; the object and its outgoing BIO."""
+    tls, _, outgoing = await hand_handshake_bios(sock, context)
+    return tls, outgoing
+
+
+async def hand_handshake_bios(
+    sock: socket.socket, context: ssl.SSLContext
+) -> tuple[ssl.SSLObject, ssl.MemoryBIO, ssl.MemoryBIO]:
+    """:func:`hand_handshake`, with the incoming BIO too (for a peer that reads what the server sends)."""
     loop = asyncio.get_running_loop()
     incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
     tls = context.wrap_bio(incoming, outgoing)
@@ -162,7 +170,7 @@ async def hand_handshake(sock: socket.socket, context: ssl.SSLContext) -> tuple[
             incoming.write(data)
     if out := outgoing.read():
         await loop.sock_sendall(sock, out)
-    return tls, outgoing
+    return tls, incoming, outgoing
 
 
 async def served(

@@ -9,7 +9,11 @@
  *
  * Reads: read(limit) calls SSL_read_ex into one bytes object until OpenSSL wants more input, the peer closed, the
  * limit is reached, or a record shorter than a full one ended with nothing more held by OpenSSL (SSL_has_pending):
- * one call per readiness event, one bytes object, no join.
+ * one call per readiness event, one bytes object, no join. What OpenSSL writes while reading (the answer to a
+ * KeyUpdate that asks for one) is sent at the end of the call; a read stops once it wrote ANSWERS_PER_READ bytes, and
+ * if any of its own output is left held it returns READ_WANTS_WRITE, so Python reads again only once the socket is
+ * writable, as a socket BIO's WANT_WRITE would have it (else a peer asking for key updates and never reading would
+ * have us hold one answer per request).
  *
  * Writes: the SSL's write BIO is replaced (SSL_set0_wbio) by an in-memory sink of our own (record_sink.c), so
  * SSL_write_ex encrypts all the caller's bytes into one buffer of records and the buffer leaves with one send();
@@ -40,6 +44,7 @@
 #define FULL_RECORD 16384      /* the most plaintext one TLS record carries */
 #define READ_MAX (16 << 20)    /* the largest read limit accepted from Python */
 #define RECORD_OVERHEAD 64        /* more than a TLS 1.3 record adds to its plaintext (header, type, tag: 22) */
+#define ANSWERS_PER_READ 16384 /* the most ciphertext one read writes (KeyUpdate answers) before it stops to send */
 
 enum { READ_AGAIN = 0, READ_MORE = 1, READ_WANTS_WRITE = 2, READ_EOF = 3, READ_FAILED = 4 };
 
@@ -259,6 +264,7 @@ static PyObject *Records_read(Records *self, PyObject *arg)
     Py_ssize_t total = 0;
     int status = READ_AGAIN;
     PyObject *error = NULL;
+    size_t held_before = self->out->end - self->out->start;
     ERR_clear_error();
     for (;;) {
         if (total == cap) {
@@ -281,6 +287,10 @@ static PyObject *Records_read(Records *self, PyObject *arg)
                 return NULL;
             }
             total += (Py_ssize_t)got;
+            if (self->out->end - self->out->start > held_before + ANSWERS_PER_READ) {
+                status = READ_MORE; /* answers to post-handshake messages pile up: send them before reading on */
+                break;
+            }
             if (got < (room < FULL_RECORD ? room : FULL_RECORD) && !SSL_has_pending(self->ssl))
                 break; /* the end of the peer's write, likely, and nothing held: no read only to hear EAGAIN */
             continue;
@@ -306,6 +316,10 @@ static PyObject *Records_read(Records *self, PyObject *arg)
         }
         break;
     }
+    /* Did OpenSSL write while reading (a KeyUpdate's answer)? What the socket then refuses must stop the reading, as
+     * a socket BIO's WANT_WRITE does on the Python path: else a peer that asks for key updates and never reads would
+     * have us read on and hold every answer (up to OUT_MAX per connection). */
+    int wrote = self->out->end - self->out->start > held_before;
     if (self->out->end > self->out->start && send_held(self) < 0) { /* an answer to a post-handshake message */
         if (error == NULL) {
             PyObject *type, *value, *traceback;
@@ -319,6 +333,8 @@ static PyObject *Records_read(Records *self, PyObject *arg)
             PyErr_Clear();
         }
     }
+    if (wrote && self->held > 0 && (status == READ_AGAIN || status == READ_MORE))
+        status = READ_WANTS_WRITE;
     PyObject *data;
     if (total == 0) {
         Py_DECREF(buffer);

@@ -16,7 +16,9 @@ unchanged: handshake, read-ahead, pausing, closing, failing), with the per-recor
   held bytes (no ``send`` only to hear ``EAGAIN``, no moving them to make room), and order is kept. A write OpenSSL
   itself refuses (``WANT_READ`` during a post-handshake message) is kept the same way, as on the Python path.
 - Anything OpenSSL writes while reading or closing (a KeyUpdate's answer, close_notify) goes into the same buffer
-  and is sent by the same call; what stays is held like a write's.
+  and is sent by the same call; what stays is held like a write's, and a read that left some of its own output held
+  ends with the status that stops reading until the socket is writable (a socket BIO's ``WANT_WRITE`` on the Python
+  path): a peer that asks for new keys and never reads cannot make us hold one answer per request.
 
 Step 2: the protocol may give the transport a ``feed`` (``set_data_path``; the HBONE session does, with
 ``ambit.native._hbone_data``): each read's plaintext goes to it first, it hands the DATA frames of attached streams

@@ -1,0 +1,159 @@
+"""TLS 1.3 KeyUpdate on the socket transport's two record paths (Python, C): a peer's request for new keys is
+answered before the server's next record, data flows both ways under the new keys, and a peer that keeps asking
+while it never reads is not read from until it reads (the answers it is owed would otherwise pile up in memory,
+one per request).
+
+Python's ``ssl`` cannot send a KeyUpdate, so the peer is a client handshaken by hand over memory BIOs whose ``SSL *``
+is asked for one through libssl's ``SSL_key_update`` (reached as :mod:`ambit.tls.contexts` reaches it).
+"""
+
+from __future__ import annotations
+
+import _ssl
+import asyncio
+import contextlib
+import ctypes
+import socket
+import ssl
+import time
+
+import pytest
+from tests.security.tls_peers import Certs, Sink, hand_handshake_bios, served, tcp_pair
+
+from ambit.tls import contexts
+from ambit.tls.socket_transport import TlsSocketTransport
+
+pytestmark = pytest.mark.usefixtures("no_peer_traceback")
+
+_KEY_UPDATE_REQUESTED = 1
+_BUFFER = 65536
+"""Socket buffers of both ends in the flood: small, so that the answers back up after a few hundred KiB."""
+
+
+def _libssl_key_update() -> ctypes._CFuncPtr:  # type: ignore[name-defined]
+    function = ctypes.CDLL(_ssl.__file__).SSL_key_update
+    function.argtypes, function.restype = [ctypes.c_void_p, ctypes.c_int], ctypes.c_int
+    return function
+
+
+def request_key_update(tls: ssl.SSLObject) -> None:
+    """Have ``tls`` send a KeyUpdate that asks the other end for one too, with its next record."""
+    found = contexts._ctx_handle(tls.context)
+    handle = contexts._ssl_handle(tls, found[1]) if found is not None else None  # type: ignore[arg-type]
+    assert handle is not None, "the SSL * of the peer cannot be reached"
+    assert _libssl_key_update()(handle, _KEY_UPDATE_REQUESTED) == 1
+
+
+async def _read_records(sock: socket.socket, tls: ssl.SSLObject, incoming: ssl.MemoryBIO, want: int) -> bytes:
+    """What ``tls`` decrypts from ``sock`` until ``want`` bytes of application data came (10 s at most)."""
+    loop = asyncio.get_running_loop()
+    got = bytearray()
+    async with asyncio.timeout(10):
+        while len(got) < want:
+            data = await loop.sock_recv(sock, 65536)
+            assert data, "the server closed the connection"
+            incoming.write(data)
+            while True:
+                try:
+                    got += tls.read(65536)
+                except ssl.SSLWantReadError:
+                    break
+    return bytes(got)
+
+
+async def _peer(
+    certs: Certs, protocol: Sink, *, small_buffers: bool = False
+) -> tuple[socket.socket, ssl.SSLObject, ssl.MemoryBIO, ssl.MemoryBIO, TlsSocketTransport]:
+    loop = asyncio.get_running_loop()
+    client, server = await tcp_pair()
+    if small_buffers:
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _BUFFER)
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _BUFFER)
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _BUFFER)
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _BUFFER)
+    serving = loop.create_task(served(certs, server, protocol))
+    tls, incoming, outgoing = await hand_handshake_bios(client, certs.client.client_context())
+    transport = await serving
+    return client, tls, incoming, outgoing, transport
+
+
+async def test_data_flows_both_ways_across_key_updates_the_peer_requests(certs: Certs, records_path: str) -> None:
+    loop = asyncio.get_running_loop()
+    protocol = Sink()
+    client, tls, incoming, outgoing, transport = await _peer(certs, protocol)
+    try:
+        for round_ in range(5):
+            request_key_update(tls)
+            tls.write(b"ping %d" % round_)
+            await loop.sock_sendall(client, outgoing.read())
+            async with asyncio.timeout(5):
+                await protocol.reached(len(b"ping 0") * (round_ + 1))  # read under the client's new key
+            # OpenSSL writes the server's own KeyUpdate (the answer) with its next read or write, before any record
+            # under the new key: the client decrypts the pong only if both arrived in that order.
+            transport.write(b"pong %d" % round_)
+            assert await _read_records(client, tls, incoming, len(b"pong 0")) == b"pong %d" % round_
+        assert bytes(protocol.received) == b"".join(b"ping %d" % i for i in range(5))
+        assert not protocol.lost.done()
+    finally:
+        client.close()
+        transport.abort()
+
+
+async def test_a_peer_that_asks_for_key_updates_and_never_reads_is_not_read_from_until_it_reads(
+    certs: Certs, records_path: str
+) -> None:
+    """Each request is owed an answer; once the socket takes no more of them, the server stops reading (a socket
+    BIO's WANT_WRITE on the Python path; the C path must do the same, not hold every answer), and reads on once the
+    peer has read: nothing is lost either way."""
+    protocol = Sink()
+    client, tls, incoming, outgoing, transport = await _peer(certs, protocol, small_buffers=True)
+    requests = sent = 0
+    try:
+        pending = b""
+        blocked_since: float | None = None
+        deadline = time.monotonic() + 20
+        while sent < 8 << 20 and time.monotonic() < deadline:
+            if not pending:
+                for _ in range(100):  # a byte after each: the bytes the server got count the requests it read
+                    request_key_update(tls)
+                    tls.write(b"k")
+                requests += 100
+                pending = outgoing.read()
+            try:
+                count = client.send(pending)
+            except BlockingIOError:
+                now = time.monotonic()
+                blocked_since = blocked_since or now
+                if now - blocked_since > 1:
+                    break  # the server has stopped reading
+                await asyncio.sleep(0.005)
+                continue
+            blocked_since = None
+            sent += count
+            pending = pending[count:]
+            await asyncio.sleep(0)
+        held = transport.get_write_buffer_size()
+        assert sent < 2 << 20, f"the server read {sent} bytes of key update requests it could not answer"
+        assert held < 256 << 10, f"{held} bytes of answers held"
+        assert not protocol.lost.done()
+        # The peer reads now: the server answers the rest and reads on, to the last request.
+        async with asyncio.timeout(20):
+            while protocol.count < requests:
+                if pending:
+                    with contextlib.suppress(BlockingIOError):
+                        pending = pending[client.send(pending) :]
+                try:
+                    data = client.recv(1 << 20)
+                except BlockingIOError:
+                    await asyncio.sleep(0.005)
+                    continue
+                assert data, "the server closed the connection"
+                incoming.write(data)
+                with pytest.raises(ssl.SSLWantReadError):
+                    tls.read(65536)
+                await asyncio.sleep(0)
+        assert protocol.count == requests
+        assert not protocol.lost.done()
+    finally:
+        client.close()
+        transport.abort()
