@@ -9,39 +9,21 @@ is asked for one through libssl's ``SSL_key_update`` (reached as :mod:`ambit.tls
 
 from __future__ import annotations
 
-import _ssl
 import asyncio
 import contextlib
-import ctypes
 import socket
 import ssl
 import time
 
 import pytest
-from tests.security.tls_peers import Certs, Sink, hand_handshake_bios, served, tcp_pair
+from tests.security.tls_peers import Certs, Sink, hand_handshake_bios, request_key_update, served, tcp_pair
 
-from ambit.tls import contexts
 from ambit.tls.socket_transport import TlsSocketTransport
 
 pytestmark = pytest.mark.usefixtures("no_peer_traceback")
 
-_KEY_UPDATE_REQUESTED = 1
 _BUFFER = 65536
 """Socket buffers of both ends in the flood: small, so that the answers back up after a few hundred KiB."""
-
-
-def _libssl_key_update() -> ctypes._CFuncPtr:  # type: ignore[name-defined]
-    function = ctypes.CDLL(_ssl.__file__).SSL_key_update
-    function.argtypes, function.restype = [ctypes.c_void_p, ctypes.c_int], ctypes.c_int
-    return function
-
-
-def request_key_update(tls: ssl.SSLObject) -> None:
-    """Have ``tls`` send a KeyUpdate that asks the other end for one too, with its next record."""
-    found = contexts._ctx_handle(tls.context)
-    handle = contexts._ssl_handle(tls, found[1]) if found is not None else None  # type: ignore[arg-type]
-    assert handle is not None, "the SSL * of the peer cannot be reached"
-    assert _libssl_key_update()(handle, _KEY_UPDATE_REQUESTED) == 1
 
 
 async def _read_records(sock: socket.socket, tls: ssl.SSLObject, incoming: ssl.MemoryBIO, want: int) -> bytes:

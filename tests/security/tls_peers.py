@@ -7,7 +7,9 @@ them).
 
 from __future__ import annotations
 
+import _ssl
 import asyncio
+import ctypes
 import hashlib
 import logging
 import socket
@@ -22,6 +24,7 @@ from tests.conftest import use_records_path
 from ambit import native
 from ambit.identity.localca import LocalCa
 from ambit.model.identity import SpiffeId
+from ambit.tls import contexts
 from ambit.tls.socket_transport import READ_AHEAD_BUFFER, TlsSocketTransport, TlsTransportKind, open_tls
 from ambit.tls.workload import WorkloadCertificate
 
@@ -198,3 +201,20 @@ async def socket_pair(certs: Certs, client: Sink, server: Sink) -> tuple[TlsSock
     server_transport = await served(certs, server_sock, server)
     client_transport, _ = await opening
     return client_transport, server_transport
+
+
+_KEY_UPDATE_REQUESTED = 1
+
+
+def _libssl_key_update() -> ctypes._CFuncPtr:  # type: ignore[name-defined]
+    function = ctypes.CDLL(_ssl.__file__).SSL_key_update
+    function.argtypes, function.restype = [ctypes.c_void_p, ctypes.c_int], ctypes.c_int
+    return function
+
+
+def request_key_update(tls: ssl.SSLObject) -> None:
+    """Have ``tls`` send a KeyUpdate that asks the other end for one too, with its next record."""
+    found = contexts._ctx_handle(tls.context)
+    handle = contexts._ssl_handle(tls, found[1]) if found is not None else None  # type: ignore[arg-type]
+    assert handle is not None, "the SSL * of the peer cannot be reached"
+    assert _libssl_key_update()(handle, _KEY_UPDATE_REQUESTED) == 1
