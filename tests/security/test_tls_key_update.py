@@ -14,10 +14,21 @@ import contextlib
 import socket
 import ssl
 import time
+from pathlib import Path
 
 import pytest
-from tests.security.tls_peers import Certs, Sink, hand_handshake_bios, request_key_update, served, tcp_pair
+import uvloop
+from tests.security.tls_peers import (
+    Certs,
+    Sink,
+    hand_handshake_bios,
+    make_certs,
+    request_key_update,
+    served,
+    tcp_pair,
+)
 
+from ambit.tls.listener import TlsListener
 from ambit.tls.socket_transport import TlsSocketTransport
 
 pytestmark = pytest.mark.usefixtures("no_peer_traceback")
@@ -89,53 +100,117 @@ async def test_a_peer_that_asks_for_key_updates_and_never_reads_is_not_read_from
     peer has read: nothing is lost either way."""
     protocol = Sink()
     client, tls, incoming, outgoing, transport = await _peer(certs, protocol, small_buffers=True)
-    requests = sent = 0
     try:
-        pending = b""
-        blocked_since: float | None = None
-        deadline = time.monotonic() + 20
-        while sent < 8 << 20 and time.monotonic() < deadline:
-            if not pending:
-                for _ in range(100):  # a byte after each: the bytes the server got count the requests it read
-                    request_key_update(tls)
-                    tls.write(b"k")
-                requests += 100
-                pending = outgoing.read()
-            try:
-                count = client.send(pending)
-            except BlockingIOError:
-                now = time.monotonic()
-                blocked_since = blocked_since or now
-                if now - blocked_since > 1:
-                    break  # the server has stopped reading
-                await asyncio.sleep(0.005)
-                continue
-            blocked_since = None
-            sent += count
-            pending = pending[count:]
-            await asyncio.sleep(0)
-        held = transport.get_write_buffer_size()
-        assert sent < 2 << 20, f"the server read {sent} bytes of key update requests it could not answer"
-        assert held < 256 << 10, f"{held} bytes of answers held"
-        assert not protocol.lost.done()
-        # The peer reads now: the server answers the rest and reads on, to the last request.
-        async with asyncio.timeout(20):
-            while protocol.count < requests:
-                if pending:
-                    with contextlib.suppress(BlockingIOError):
-                        pending = pending[client.send(pending) :]
-                try:
-                    data = client.recv(1 << 20)
-                except BlockingIOError:
-                    await asyncio.sleep(0.005)
-                    continue
-                assert data, "the server closed the connection"
-                incoming.write(data)
-                with pytest.raises(ssl.SSLWantReadError):
-                    tls.read(65536)
-                await asyncio.sleep(0)
-        assert protocol.count == requests
-        assert not protocol.lost.done()
+        await _flood_then_read(client, tls, incoming, outgoing, protocol, transport)
     finally:
         client.close()
         transport.abort()
+
+
+class _MadeSink(Sink):
+    def __init__(self) -> None:
+        super().__init__()
+        self.made = asyncio.Event()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self.made.set()
+
+
+@pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
+def test_the_tls_listener_stops_reading_a_peer_that_asks_for_key_updates_and_never_reads(
+    tmp_path: Path, loop_kind: str
+) -> None:
+    """The loop's TLS (asyncio's and uvloop's) answers a KeyUpdate request from inside its read and buffers what the
+    socket refuses: behind :class:`~ambit.tls.listener.TlsListener` (the API server's, the webhook's) the connection
+    is not read from while its writing is paused (its rule 4), and reads on once the peer reads."""
+
+    async def scenario() -> None:
+        certs = await make_certs(tmp_path)
+        protocol = _MadeSink()
+        sock = socket.socket()
+        for option in (socket.SO_RCVBUF, socket.SO_SNDBUF):  # an accepted socket's, too
+            sock.setsockopt(socket.SOL_SOCKET, option, _BUFFER)
+        sock.bind(("127.0.0.1", 0))
+        listener = TlsListener(sock, lambda: protocol, certs.server.server_context(), name="key update test")
+        listener.start()
+        client = socket.socket()
+        try:
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _BUFFER)
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _BUFFER)
+            client.setblocking(False)
+            await asyncio.get_running_loop().sock_connect(client, listener.address)
+            tls, incoming, outgoing = await hand_handshake_bios(client, certs.client.client_context())
+            async with asyncio.timeout(5):
+                await protocol.made.wait()  # the server's side of the handshake ends a moment later
+            await _flood_then_read(client, tls, incoming, outgoing, protocol)
+        finally:
+            client.close()
+            await listener.aclose(grace=0)
+
+    if loop_kind == "uvloop":
+        uvloop.run(scenario())
+    else:
+        asyncio.run(scenario())
+
+
+async def _flood_then_read(
+    client: socket.socket,
+    tls: ssl.SSLObject,
+    incoming: ssl.MemoryBIO,
+    outgoing: ssl.MemoryBIO,
+    protocol: Sink,
+    transport: asyncio.Transport | None = None,
+) -> None:
+    """Ask for key updates (a byte after each) until the server stops reading, check it stopped soon, then read
+    everything it sends until it has read every request."""
+    transport = transport or protocol.transport
+    assert transport is not None
+    requests = sent = 0
+    pending = b""
+    blocked_since: float | None = None
+    deadline = time.monotonic() + 20
+    while sent < 8 << 20 and time.monotonic() < deadline:
+        if not pending:
+            for _ in range(100):  # a byte after each: the bytes the server got count the requests it read
+                request_key_update(tls)
+                tls.write(b"k")
+            requests += 100
+            pending = outgoing.read()
+        try:
+            count = client.send(pending)
+        except BlockingIOError:
+            now = time.monotonic()
+            blocked_since = blocked_since or now
+            if now - blocked_since > 1:
+                break  # the server has stopped reading
+            await asyncio.sleep(0.005)
+            continue
+        blocked_since = None
+        sent += count
+        pending = pending[count:]
+        await asyncio.sleep(0)
+    held = transport.get_write_buffer_size()
+    # Bounds: what the sockets' buffers hold, and for the loop's TLS its write high-water mark (512 KiB) and read
+    # buffer (256 KiB); unbounded, the server reads all 8 MiB and holds half as much in answers.
+    assert sent < 4 << 20, f"the server read {sent} bytes of key update requests it could not answer"
+    assert held < 1 << 20, f"{held} bytes of answers held"
+    assert not protocol.lost.done()
+    # The peer reads now: the server answers the rest and reads on, to the last request.
+    async with asyncio.timeout(20):
+        while protocol.count < requests:
+            if pending:
+                with contextlib.suppress(BlockingIOError):
+                    pending = pending[client.send(pending) :]
+            try:
+                data = client.recv(1 << 20)
+            except BlockingIOError:
+                await asyncio.sleep(0.005)
+                continue
+            assert data, "the server closed the connection"
+            incoming.write(data)
+            with pytest.raises(ssl.SSLWantReadError):
+                tls.read(65536)
+            await asyncio.sleep(0)
+    assert protocol.count == requests
+    assert not protocol.lost.done()

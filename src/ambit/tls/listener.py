@@ -19,6 +19,11 @@ Rules:
 3. :meth:`aclose` stops, then gives the open connections ``grace`` seconds to end on their own (their protocol's
    owner closes them first, e.g. ``runner.cleanup()``), aborts those still open, and returns only when every
    accepted socket is closed.
+4. A connection is not read from while its writing is paused (more than the transport's high-water mark waits to
+   be sent), whatever its protocol does: the loop's TLS answers a peer's KeyUpdate request from inside its read,
+   so a peer that keeps asking and never reads would otherwise have us hold one answer per request, without
+   bound. The protocol sees a transport (:class:`_ReadGate`) whose reading runs only while neither it nor rule 4
+   holds it paused.
 """
 
 from __future__ import annotations
@@ -29,7 +34,8 @@ import errno
 import logging
 import socket
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import cast
 
 log = logging.getLogger(__name__)
 
@@ -37,18 +43,95 @@ _ACCEPT_RETRY_DELAY = 0.5
 """Pause after running out of file descriptors before accepting again (asyncio's own server waits 1 s)."""
 
 
+class _ReadGate(asyncio.Transport):
+    """The transport as the protocol sees it (rule 4): reading runs while neither the protocol nor the write side's
+    flow control holds it paused; everything else is the transport's own."""
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        super().__init__()
+        self._transport = transport
+        self._paused_by_protocol = False
+        self._paused_by_writes = False
+
+    def writes_paused(self, paused: bool) -> None:
+        self._paused_by_writes = paused
+        self._apply()
+
+    def pause_reading(self) -> None:
+        self._paused_by_protocol = True
+        self._apply()
+
+    def resume_reading(self) -> None:
+        self._paused_by_protocol = False
+        self._apply()
+
+    def is_reading(self) -> bool:
+        return not self._paused_by_protocol and not self._transport.is_closing()
+
+    def _apply(self) -> None:
+        transport = self._transport
+        if transport.is_closing():
+            return
+        if self._paused_by_protocol or self._paused_by_writes:
+            transport.pause_reading()
+        else:
+            transport.resume_reading()
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return self._transport.get_extra_info(name, default)
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def close(self) -> None:
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._transport.abort()
+
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        self._transport.set_protocol(protocol)
+
+    def get_protocol(self) -> asyncio.BaseProtocol:
+        return self._transport.get_protocol()
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self._transport.write(data)
+
+    def writelines(self, list_of_data: Iterable[bytes | bytearray | memoryview]) -> None:
+        self._transport.writelines(list_of_data)
+
+    def write_eof(self) -> None:
+        self._transport.write_eof()
+
+    def can_write_eof(self) -> bool:
+        return self._transport.can_write_eof()
+
+    def get_write_buffer_size(self) -> int:
+        return self._transport.get_write_buffer_size()
+
+    def get_write_buffer_limits(self) -> tuple[int, int]:
+        return self._transport.get_write_buffer_limits()
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        self._transport.set_write_buffer_limits(high, low)
+
+
 class _Tracked(asyncio.Protocol):
-    """Forwards to the real protocol and resolves ``lost`` once asyncio reports the connection gone."""
+    """Forwards to the real protocol, stops reading while writes are paused (rule 4), and resolves ``lost`` once
+    asyncio reports the connection gone."""
 
     def __init__(self, inner: asyncio.Protocol, lost: asyncio.Future[None]) -> None:
         self.inner = inner
         self.lost = lost
         self.transport: asyncio.Transport | None = None
+        self._gate: _ReadGate | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        transport = cast(asyncio.Transport, transport)  # uvloop's TLS transport is not an asyncio.Transport subclass
         self.transport = transport
-        self.inner.connection_made(transport)
+        self._gate = _ReadGate(transport)
+        self.inner.connection_made(self._gate)
 
     def data_received(self, data: bytes) -> None:
         self.inner.data_received(data)
@@ -57,9 +140,13 @@ class _Tracked(asyncio.Protocol):
         return self.inner.eof_received()
 
     def pause_writing(self) -> None:
+        if self._gate is not None:
+            self._gate.writes_paused(True)
         self.inner.pause_writing()
 
     def resume_writing(self) -> None:
+        if self._gate is not None:
+            self._gate.writes_paused(False)
         self.inner.resume_writing()
 
     def connection_lost(self, exc: Exception | None) -> None:
