@@ -18,7 +18,7 @@
 #include <string.h>
 
 /* An attribute that must be an int and at least need: 1, 0, or -1 with an exception set. */
-static int at_least(PyObject *obj, PyObject *name, long need)
+static int at_least(PyObject *obj, AttrName *name, long need)
 {
     long value;
     if (get_long(obj, name, &value) < 0)
@@ -34,27 +34,27 @@ static int sendable(DataPath *self, unsigned long stream_id, long size, PyObject
 {
     PyObject *core = self->core, *transport = self->transport;
     *stream = NULL;
-    int ok = get_true(self->session, s_held);
+    int ok = get_true(self->session, &s_held);
     if (ok != 0)
         return ok < 0 ? -1 : 0;
-    if ((ok = get_true(transport, s_closing)) != 0 || (ok = get_true(core, s_out)) != 0)
+    if ((ok = get_true(transport, &s_closing)) != 0 || (ok = get_true(core, &s_out)) != 0)
         return ok < 0 ? -1 : 0;
-    PyObject *backlog = PyObject_GetAttr(transport, s_backlog);
-    ok = backlog == NULL ? -1 : get_true(backlog, s_size);
+    PyObject *backlog = attr_get(transport, &s_backlog);
+    ok = backlog == NULL ? -1 : get_true(backlog, &s_size);
     Py_XDECREF(backlog);
     if (ok != 0)
         return ok < 0 ? -1 : 0;
-    PyObject *settings = PyObject_GetAttr(core, s_settings);
-    ok = settings == NULL ? -1 : at_least(settings, s_send_chunk, size);
+    PyObject *settings = attr_get(core, &s_settings);
+    ok = settings == NULL ? -1 : at_least(settings, &s_send_chunk, size);
     Py_XDECREF(settings);
     if (ok > 0)
-        ok = at_least(core, s_conn_send_window, size);
+        ok = at_least(core, &s_conn_send_window, size);
     if (ok > 0)
-        ok = at_least(core, s_peer_max_frame, size);
+        ok = at_least(core, &s_peer_max_frame, size);
     if (ok <= 0)
         return ok;
     PyObject *found = NULL;
-    PyObject *streams = PyObject_GetAttr(core, s_streams);
+    PyObject *streams = attr_get(core, &s_streams);
     if (streams == NULL)
         return -1;
     PyObject *key = PyDict_CheckExact(streams) ? PyLong_FromUnsignedLong(stream_id) : NULL;
@@ -67,17 +67,17 @@ static int sendable(DataPath *self, unsigned long stream_id, long size, PyObject
     Py_DECREF(streams);
     if (found == NULL)
         return PyErr_Occurred() ? -1 : 0;
-    PyObject *queue = PyObject_GetAttr(found, s_queue);
+    PyObject *queue = attr_get(found, &s_queue);
     ok = queue == NULL ? -1 : queue == Py_None;
     Py_XDECREF(queue);
     if (ok > 0)
-        ok = get_true(found, s_ready);
+        ok = get_true(found, &s_ready);
     if (ok > 0) {
-        int ended = get_true(found, s_end_requested);
+        int ended = get_true(found, &s_end_requested);
         ok = ended < 0 ? -1 : !ended;
     }
     if (ok > 0)
-        ok = at_least(found, s_send_window, size);
+        ok = at_least(found, &s_send_window, size);
     if (ok <= 0) {
         Py_DECREF(found);
         return ok;
@@ -90,20 +90,20 @@ static int sendable(DataPath *self, unsigned long stream_id, long size, PyObject
 static int take_windows(PyObject *core, PyObject *stream, long size)
 {
     long stream_window, connection_window, bucket, ack_window, owed;
-    if (get_long(stream, s_send_window, &stream_window) < 0 ||
-        set_long(stream, s_send_window, stream_window - size) < 0 ||
-        get_long(core, s_conn_send_window, &connection_window) < 0 ||
-        set_long(core, s_conn_send_window, connection_window - size) < 0 ||
-        get_long(core, s_bucket_out, &bucket) < 0 || get_long(core, s_ack_window, &ack_window) < 0)
+    if (get_long(stream, &s_send_window, &stream_window) < 0 ||
+        set_long(stream, &s_send_window, stream_window - size) < 0 ||
+        get_long(core, &s_conn_send_window, &connection_window) < 0 ||
+        set_long(core, &s_conn_send_window, connection_window - size) < 0 ||
+        get_long(core, &s_bucket_out, &bucket) < 0 || get_long(core, &s_ack_window, &ack_window) < 0)
         return -1;
     bucket += size + FRAME_HEADER;
     if (bucket >= ack_window) {
-        if (get_long(core, s_acks_owed, &owed) < 0 || set_long(core, s_acks_before, owed) < 0 ||
-            set_long(core, s_acks_owed, 0) < 0)
+        if (get_long(core, &s_acks_owed, &owed) < 0 || set_long(core, &s_acks_before, owed) < 0 ||
+            set_long(core, &s_acks_owed, 0) < 0)
             return -1;
         bucket = 0;
     }
-    return set_long(core, s_bucket_out, bucket);
+    return set_long(core, &s_bucket_out, bucket);
 }
 
 const char DataPath_send_doc[] = "send(stream_id, data) -> bool | None: frame data as one DATA frame and write it "
@@ -155,26 +155,26 @@ PyObject *DataPath_send(DataPath *self, PyObject *const *args, Py_ssize_t nargs)
     /* The transport's write for a transport with nothing buffered: the records take it at once, and ciphertext the
      * socket refused is held (the transport's _hold follows it). Anything else the records raise (the socket full
      * of held bytes, WANT_READ, a failed socket) is the transport's to handle: its write gets the same frame. */
-    PyObject *records = PyObject_GetAttr(self->transport, s_records);
-    PyObject *held = records == NULL ? NULL : PyObject_CallMethodOneArg(records, s_write, frame);
+    PyObject *records = attr_get(self->transport, &s_records);
+    PyObject *held = records == NULL ? NULL : PyObject_CallMethodOneArg(records, m_write, frame);
     Py_XDECREF(records);
     if (held == NULL) {
         if (!PyErr_ExceptionMatches(PyExc_OSError))
             goto done;
         PyErr_Clear();
-        PyObject *written = PyObject_CallMethodOneArg(self->transport, s_write, frame);
+        PyObject *written = PyObject_CallMethodOneArg(self->transport, m_write, frame);
         if (written == NULL)
             goto done;
         Py_DECREF(written);
     } else {
         int holding = PyObject_IsTrue(held);
-        PyObject *told = holding > 0 ? PyObject_CallMethodOneArg(self->transport, s_hold, held) : NULL;
+        PyObject *told = holding > 0 ? PyObject_CallMethodOneArg(self->transport, m_hold, held) : NULL;
         Py_DECREF(held);
         if (holding < 0 || (holding > 0 && told == NULL))
             goto done;
         Py_XDECREF(told);
     }
-    int paused = get_true(self->session, s_write_paused);
+    int paused = get_true(self->session, &s_write_paused);
     if (paused >= 0)
         result = PyBool_FromLong(!paused);
 done:
