@@ -43,6 +43,10 @@ extern PyTypeObject DataPathType;
 /* DataPath.send (hbone_send.c). */
 extern const char DataPath_send_doc[];
 PyObject *DataPath_send(DataPath *self, PyObject *const *args, Py_ssize_t nargs);
+/* DataPath.send for a frame already built around its payload (the relay's reader recv()s at its 10th octet):
+ * frame is a bytes object of 9 octets more than the payload, referenced by the caller alone; its header is
+ * written here when C sends it. The same answer as send (None: nothing done, the payload untouched). */
+PyObject *DataPath_send_frame(DataPath *self, PyObject *stream_id, PyObject *frame);
 
 /* The relay's plain socket side (relay_socket.c): SocketSink and SocketReader added to the module. 0, or -1. */
 int relay_socket_init(PyObject *module);

@@ -18,13 +18,15 @@
  *   SocketReader(direction), socket -> HBONE: the loop's reader callback for the socket in place of the socket
  *   stream's _push_readable. In the steady state (the splice as above; the socket stream open, reading armed, not at
  *   EOF, delivering to this direction; the HBONE stream not failed or half-closed, its session on a DataPath) it
- *   recv()s one read of the stream's read size, grows that size as _push_readable does, and hands the chunk to
- *   DataPath.send in the same call (C to C). True: counted. False (taken, over the bound): counted, then the
- *   direction's hold_source pauses the socket until the HBONE stream drains, as on_data does. None (not taken):
- *   the chunk goes to on_data, the Python path, which sends or queues it with all its rules. An exception from
- *   send goes to the direction's write_failed (which finishes the splice or raises, as on_data would). EOF and read
- *   errors go to the socket stream's _read_eof and _read_failed; anything not steady to _push_readable itself,
- *   before any read.
+ *   recv()s one read of the stream's read size straight into the payload of the DATA frame it will travel in (9
+ *   octets of header in front), grows that size as _push_readable does, and hands the frame to DataPath.send's
+ *   frame entry in the same call (C to C), which writes the header and sends it: no second buffer and no copy per
+ *   chunk. True: counted. False (taken, over the bound): counted, then the direction's hold_source pauses the
+ *   socket until the HBONE stream drains, as on_data does. None (not taken): the chunk goes to on_data (a
+ *   read-only view of the frame's payload), the Python path, which sends or queues it with all its rules. An
+ *   exception from send goes to the direction's write_failed (which finishes the splice or raises, as on_data
+ *   would). EOF and read errors go to the socket stream's _read_eof and _read_failed; anything not steady to
+ *   _push_readable itself, before any read.
  *
  * Every fallback therefore starts at the exact octet C stopped at: nothing is read that is not delivered, counted
  * or handed on, and nothing is sent twice.
@@ -32,15 +34,17 @@
  * Memory safety and descriptors. No descriptor is kept: each call asks the socket object for its descriptor
  * (fileno(), -1 once closed) after checking, in the same call and with the GIL held, that the socket stream is not
  * closed; nothing runs between that check and the send() or recv(), so a closed socket whose number was reused by
- * another connection is never written to or read from. recv() fills a bytes object of exactly the read size, which
- * is checked to be 1 octet to 16 MiB first and then shrunk to what was read; send() reads the caller's buffer
- * through the buffer protocol for its own length. send() uses MSG_NOSIGNAL | MSG_DONTWAIT, recv() MSG_DONTWAIT: no
+ * another connection is never written to or read from. recv() fills a bytes object of 9 octets more than the read
+ * size from its 10th octet, for the read size exactly (checked to be 1 octet to 16 MiB first), and the object is
+ * then shrunk to 9 octets more than what was read; send() reads the caller's buffer through the buffer protocol for
+ * its own length. send() uses MSG_NOSIGNAL | MSG_DONTWAIT, recv() MSG_DONTWAIT: no
  * call blocks, and the GIL is held throughout.
  */
 #include "hbone_data.h"
 
 #include <errno.h>
 #include <stddef.h>
+#include <string.h>
 #include <sys/socket.h>
 
 #define MAX_READ (16 * 1024 * 1024)
@@ -287,25 +291,30 @@ static int reader_steady(PyObject *direction, Reading *r)
     return ok;
 }
 
-/* The read is in: grow the read size as _push_readable does, send, count, and act on send's answer. */
-static PyObject *relay_chunk(PyObject *direction, Reading *r, PyObject *chunk, Py_ssize_t n)
+/* The read of n octets is in, at the 10th octet of frame: grow the read size as _push_readable does, send the
+ * frame, count, and act on send's answer. */
+static PyObject *relay_frame(PyObject *direction, Reading *r, PyObject *frame, Py_ssize_t n)
 {
     if (n == r->chunk && r->chunk < r->max_chunk) {
         long grown = r->chunk * 2 < r->max_chunk ? r->chunk * 2 : r->max_chunk;
         if (set_long(r->src, &s_chunk, grown) < 0)
             return NULL;
     }
-    PyObject *args[2] = {r->stream_id, chunk};
-    PyObject *taken = DataPath_send((DataPath *)r->data_path, args, 2);
+    PyObject *taken = DataPath_send_frame((DataPath *)r->data_path, r->stream_id, frame);
     if (taken == NULL) {
         PyObject *exc = take_exception();
         PyObject *result = exc == NULL ? NULL : call(direction, m_write_failed, exc);
         Py_XDECREF(exc);
         return result;
     }
-    if (taken == Py_None) {
+    if (taken == Py_None) { /* the Python path gets the chunk: a read-only view of the frame's payload, no copy */
         Py_DECREF(taken);
-        return call(direction, m_on_data, chunk);
+        PyObject *whole = PyMemoryView_FromObject(frame);
+        PyObject *chunk = whole == NULL ? NULL : PySequence_GetSlice(whole, FRAME_HEADER, FRAME_HEADER + n);
+        Py_XDECREF(whole);
+        PyObject *result = chunk == NULL ? NULL : call(direction, m_on_data, chunk);
+        Py_XDECREF(chunk);
+        return result;
     }
     int below_bound = PyObject_IsTrue(taken);
     Py_DECREF(taken);
@@ -328,7 +337,7 @@ static PyObject *SocketReader_vectorcall(PyObject *callable, PyObject *const *ar
     if (direction == NULL)
         return NULL;
     Reading r = {NULL, NULL, NULL, NULL, NULL, 0, 0, -1};
-    PyObject *chunk = NULL, *result = NULL;
+    PyObject *frame = NULL, *result = NULL;
     int steady = reader_steady(direction, &r);
     if (steady <= 0) {
         PyObject *src = steady < 0 ? NULL : attr_get(direction, &s_src);
@@ -336,11 +345,14 @@ static PyObject *SocketReader_vectorcall(PyObject *callable, PyObject *const *ar
         Py_XDECREF(src);
         goto done;
     }
-    if ((chunk = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)r.chunk)) == NULL)
+    /* The DATA frame the chunk will travel in, read into at its payload; its header is written when it is sent,
+     * and is zeroes until then (a refused chunk is handed on as a view of this object: no uninitialised octet). */
+    if ((frame = PyBytes_FromStringAndSize(NULL, FRAME_HEADER + (Py_ssize_t)r.chunk)) == NULL)
         goto done;
+    memset(PyBytes_AS_STRING(frame), 0, FRAME_HEADER);
     Py_ssize_t n;
     do
-        n = recv(r.fd, PyBytes_AS_STRING(chunk), (size_t)r.chunk, MSG_DONTWAIT);
+        n = recv(r.fd, PyBytes_AS_STRING(frame) + FRAME_HEADER, (size_t)r.chunk, MSG_DONTWAIT);
     while (n < 0 && errno == EINTR);
     if (n < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK) {
@@ -353,11 +365,11 @@ static PyObject *SocketReader_vectorcall(PyObject *callable, PyObject *const *ar
         }
     } else if (n == 0) {
         result = call(r.src, m_read_eof, NULL);
-    } else if (n == r.chunk || _PyBytes_Resize(&chunk, n) == 0) {
-        result = relay_chunk(direction, &r, chunk, n);
+    } else if (n == r.chunk || _PyBytes_Resize(&frame, FRAME_HEADER + n) == 0) {
+        result = relay_frame(direction, &r, frame, n);
     }
 done:
-    Py_XDECREF(chunk);
+    Py_XDECREF(frame);
     reading_clear(&r);
     Py_DECREF(direction);
     return result;
