@@ -236,6 +236,67 @@ async def test_a_tunnel_window_that_refuses_the_chunk_sends_it_the_python_way_an
             rig.close()
 
 
+async def test_a_refused_chunk_reaches_on_data_as_a_view_of_the_frame_it_was_read_into(
+    certs: tuple[WorkloadCertificate, WorkloadCertificate], relay_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The C reader recv()s into the DATA frame the chunk would travel in: when the tunnel refuses it, the Python path
+    gets a read-only view of that frame's payload (9 octets of header in front, zeroed: never uninitialised memory),
+    not a copy."""
+    if relay_path != "c":
+        pytest.skip("the C callables only")
+    seen: list[tuple[object, bytes | memoryview]] = []
+    original = relay_module._Direction.on_data
+
+    def on_data(self_: relay_module._Direction, data: bytes | memoryview) -> None:
+        seen.append((self_.src, data))
+        original(self_, data)
+
+    monkeypatch.setattr(relay_module._Direction, "on_data", on_data)
+    async with socket_pair(certs, HboneSettings(stream_window=4 * KiB, send_chunk=4 * KiB)) as pair:
+        rig = await chain(pair, relay_path, buffers=(4 * KiB, 128 * KiB))
+        try:
+            data = pattern(512 * KiB + 1, 7)
+            sending = asyncio.create_task(send_all(rig.client, data))
+            await asyncio.sleep(0.2)
+            assert await read_exactly(rig.server, len(data)) == data
+            await sending
+        finally:
+            rig.close()
+    from_the_socket = [chunk for src, chunk in seen if src is rig.down]
+    assert from_the_socket, "the window never refused a chunk"
+    for chunk in from_the_socket:
+        assert isinstance(chunk, memoryview) and chunk.readonly and isinstance(chunk.obj, bytes)
+        assert len(chunk.obj) == len(chunk) + 9 and chunk.obj[:9] == bytes(9)
+        assert chunk.obj[9:] == chunk
+
+
+async def test_short_reads_full_reads_and_eof_right_after_data_cross_whole_and_in_order(
+    certs: tuple[WorkloadCertificate, WorkloadCertificate], relay_path: str
+) -> None:
+    """Reads shorter than the read size (the frame shrunk to the read), reads that fill it (the size doubles), and
+    the client's EOF straight after its last octets."""
+    async with socket_pair(certs) as pair:
+        rig = await chain(pair, relay_path)
+        try:
+            first = rig.down._chunk
+            pieces = [pattern(n, n) for n in (1, first - 1, first, 3, 5 * first + 7)]
+            for piece in pieces:
+                await send_all(rig.client, piece)
+                assert await read_exactly(rig.server, len(piece)) == piece
+            tail = pattern(3 * MiB + 1, 9)
+            await send_all(rig.client, tail)
+            rig.client.shutdown(socket.SHUT_WR)
+            assert await read_exactly(rig.server, len(tail)) == tail
+            assert await read_to_eof(rig.server) == b""
+            assert rig.down._chunk > first
+            total = sum(map(len, pieces)) + len(tail)
+            rig.server.shutdown(socket.SHUT_WR)
+            await until(lambda: len(rig.done) == 2)
+            assert rig.results == [RelayResult(total, 0, "")] * 2
+        finally:
+            rig.close()
+
+
 async def test_a_tunnel_over_its_write_bound_pauses_the_socket_until_it_drains(
     certs: tuple[WorkloadCertificate, WorkloadCertificate], relay_path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

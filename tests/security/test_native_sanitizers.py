@@ -4,10 +4,10 @@ The extensions are built again with ``-fsanitize=address,undefined`` into a temp
 (``scripts/build_native.py --extra-cflags ... --output ...``), and a child Python with the sanitizers' runtime
 preloaded imports that build (it checks which modules it imported) and runs the native-records security tests
 (hostile peers, the C object's refusals, the hypothesis write/read exchange with a few examples), the native DATA
-path's differential and fast-path tests, and the relay's socket side in C (``relay_socket.c``: its fallbacks, a
-reused descriptor, random chunks and buffers). Any heap, stack or global overflow, use after free, or undefined
-behaviour in the C code aborts the child, and this test fails with the sanitizer's report. Without a compiler or
-libasan it skips, except under ``CI=true``, where it fails.
+path's differential and fast-path tests, the relay's socket side in C (``relay_socket.c``: its fallbacks, a reused
+descriptor, random chunks and buffers), and the attribute cache's differential tests (``attr_cache.h``). Any heap,
+stack or global overflow, use after free, or undefined behaviour in the C code aborts the child, and this test fails
+with the sanitizer's report. Without a compiler or libasan it skips, except under ``CI=true``, where it fails.
 """
 
 from __future__ import annotations
@@ -29,11 +29,13 @@ TESTS = [
     "tests/unit/test_hbone_native_data.py",
     "tests/unit/test_hbone_fast_paths.py",
     "tests/integration/test_relay_sockets_native.py",
+    "tests/security/test_native_attr_cache.py",
     "-k",
     "not python",
 ]
 """What the child runs: the security tests of the native record path, the differential and fast-path tests of the
-native DATA path and the relay socket side's tests (step 3; the pure-Python cases have no C to check)."""
+native DATA path, the relay socket side's tests (step 3; the pure-Python cases have no C to check) and the attribute
+cache's differential tests against getattr and setattr."""
 
 CHILD = """
 import sys
@@ -86,6 +88,7 @@ def test_the_native_records_pass_their_security_tests_under_address_and_undefine
         "AMBIT_EXCHANGE_EXAMPLES": "6",
         "AMBIT_DATA_PATH_EXAMPLES": "100",
         "AMBIT_RELAY_EXAMPLES": "8",
+        "AMBIT_ATTR_CACHE_EXAMPLES": "40",
         "CI": "true",  # in the child a native test that cannot run fails rather than skips
         "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)]),
     }

@@ -39,64 +39,32 @@
 
 #include "hbone_data.h"
 
-/* The attribute names of the core, its streams and the session, interned once. */
-PyObject *s_closed, *s_buf, *s_data_left, *s_data_stream, *s_data_deliver, *s_data_end, *s_need_preface,
-    *s_continuation, *s_peer_settings_seen, *s_blocked, *s_streams, *s_settings, *s_client_side, *s_recv_window,
-    *s_recv_unacked, *s_out, *s_give_back, *s_window, *s_sink, *s_remote_closed, *s_ready, *s_unacked,
-    *s_max_frame_size, *s_connection_window, *s_stream_window, *s_received, *s_flush, *s_held, *s_write_paused,
-    *s_closing, *s_backlog, *s_size, *s_records, *s_write, *s_hold, *s_queue, *s_end_requested, *s_send_window,
-    *s_conn_send_window, *s_send_chunk, *s_peer_max_frame, *s_bucket_out, *s_ack_window, *s_acks_owed,
-    *s_acks_before;
+/* The attribute names of the core, its streams and the session, with their caches; the methods' names. */
+AttrName s_closed, s_buf, s_data_left, s_data_stream, s_data_deliver, s_data_end, s_need_preface, s_continuation,
+    s_peer_settings_seen, s_blocked, s_streams, s_settings, s_client_side, s_recv_window, s_recv_unacked, s_out,
+    s_window, s_sink, s_remote_closed, s_ready, s_unacked, s_max_frame_size, s_connection_window, s_stream_window,
+    s_received, s_held, s_write_paused, s_closing, s_backlog, s_size, s_records, s_queue, s_end_requested,
+    s_send_window, s_conn_send_window, s_send_chunk, s_peer_max_frame, s_bucket_out, s_ack_window, s_acks_owed,
+    s_acks_before;
+PyObject *m_give_back, *m_flush, *m_write, *m_hold;
 PyObject *zero;
-
-/* An attribute as a C long: 0, or -1 with an exception set (not an int, or out of range). */
-int get_long(PyObject *obj, PyObject *name, long *value)
-{
-    PyObject *item = PyObject_GetAttr(obj, name);
-    if (item == NULL)
-        return -1;
-    *value = PyLong_AsLong(item);
-    Py_DECREF(item);
-    return (*value == -1 && PyErr_Occurred()) ? -1 : 0;
-}
-
-int set_long(PyObject *obj, PyObject *name, long value)
-{
-    PyObject *item = PyLong_FromLong(value);
-    if (item == NULL)
-        return -1;
-    int result = PyObject_SetAttr(obj, name, item);
-    Py_DECREF(item);
-    return result;
-}
-
-/* An attribute's truth: 1, 0, or -1 with an exception set. */
-int get_true(PyObject *obj, PyObject *name)
-{
-    PyObject *item = PyObject_GetAttr(obj, name);
-    if (item == NULL)
-        return -1;
-    int result = PyObject_IsTrue(item);
-    Py_DECREF(item);
-    return result;
-}
 
 /* Whether the core is in a state where the rest of data may be parsed here: 1, 0, or -1 with an exception. At a
  * frame's first octet (at_frame), also that the core has no frame in progress: the octets that follow a frame it
  * began and C did not continue are that frame's payload, whatever they look like. */
 static int core_accepts(PyObject *core, int at_frame)
 {
-    static PyObject **must_be_false[] = {&s_closed, &s_need_preface, &s_buf, &s_blocked, &s_data_left};
+    static AttrName *const must_be_false[] = {&s_closed, &s_need_preface, &s_buf, &s_blocked, &s_data_left};
     size_t checks = sizeof must_be_false / sizeof must_be_false[0] - (at_frame ? 0 : 1);
     for (size_t i = 0; i < checks; i++) {
-        int truth = get_true(core, *must_be_false[i]);
+        int truth = get_true(core, must_be_false[i]);
         if (truth != 0)
             return truth < 0 ? -1 : 0;
     }
-    int seen = get_true(core, s_peer_settings_seen);
+    int seen = get_true(core, &s_peer_settings_seen);
     if (seen <= 0)
         return seen;
-    PyObject *continuation = PyObject_GetAttr(core, s_continuation);
+    PyObject *continuation = attr_get(core, &s_continuation);
     if (continuation == NULL)
         return -1;
     int none = continuation == Py_None;
@@ -111,15 +79,15 @@ static int consume(PyObject *core, PyObject *stream, unsigned long stream_id, lo
                    long stream_window)
 {
     long unacked;
-    if (get_long(core, s_recv_unacked, &unacked) < 0 || set_long(core, s_recv_unacked, unacked + length) < 0)
+    if (get_long(core, &s_recv_unacked, &unacked) < 0 || set_long(core, &s_recv_unacked, unacked + length) < 0)
         return -1;
     if (unacked + length >= connection_window >> 1) {
-        PyObject *done = PyObject_CallMethodObjArgs(core, s_give_back, zero, NULL);
+        PyObject *done = PyObject_CallMethodObjArgs(core, m_give_back, zero, NULL);
         if (done == NULL)
             return -1;
         Py_DECREF(done);
     }
-    if (get_long(stream, s_unacked, &unacked) < 0)
+    if (get_long(stream, &s_unacked, &unacked) < 0)
         return -1;
     unacked += length;
     if (unacked >= stream_window >> 1) {
@@ -128,22 +96,22 @@ static int consume(PyObject *core, PyObject *stream, unsigned long stream_id, lo
             update[5 + i] = (unsigned char)(stream_id >> (24 - 8 * i));
             update[9 + i] = (unsigned char)((unsigned long)unacked >> (24 - 8 * i));
         }
-        PyObject *out = PyObject_GetAttr(core, s_out);
+        PyObject *out = attr_get(core, &s_out);
         if (out == NULL)
             return -1;
         PyObject *frame = PyList_Check(out) ? PyBytes_FromStringAndSize((const char *)update, sizeof update) : NULL;
         if (frame == NULL && !PyErr_Occurred())
             PyErr_SetString(PyExc_TypeError, "the core's output is not a list");
         long window;
-        int failed = frame == NULL || PyList_Append(out, frame) < 0 || get_long(stream, s_window, &window) < 0 ||
-                     set_long(stream, s_window, window + unacked) < 0;
+        int failed = frame == NULL || PyList_Append(out, frame) < 0 || get_long(stream, &s_window, &window) < 0 ||
+                     set_long(stream, &s_window, window + unacked) < 0;
         Py_XDECREF(frame);
         Py_DECREF(out);
         if (failed)
             return -1;
         unacked = 0;
     }
-    return set_long(stream, s_unacked, unacked);
+    return set_long(stream, &s_unacked, unacked);
 }
 
 /* The stream object for stream_id if it is attached and may take DATA (the core's _streams entry, a new
@@ -151,7 +119,7 @@ static int consume(PyObject *core, PyObject *stream, unsigned long stream_id, lo
 static PyObject *attached_stream(PyObject *core, unsigned long stream_id, int client_side, PyObject **sink)
 {
     *sink = NULL;
-    PyObject *streams = PyObject_GetAttr(core, s_streams);
+    PyObject *streams = attr_get(core, &s_streams);
     if (streams == NULL)
         return NULL;
     if (!PyDict_CheckExact(streams)) {
@@ -166,9 +134,9 @@ static PyObject *attached_stream(PyObject *core, unsigned long stream_id, int cl
     Py_DECREF(streams);
     if (stream == NULL)
         return NULL;
-    PyObject *found = PyObject_GetAttr(stream, s_sink);
-    int closed = found == NULL ? -1 : get_true(stream, s_remote_closed);
-    int ready = closed != 0 ? -1 : client_side ? get_true(stream, s_ready) : 1;
+    PyObject *found = attr_get(stream, &s_sink);
+    int closed = found == NULL ? -1 : get_true(stream, &s_remote_closed);
+    int ready = closed != 0 ? -1 : client_side ? get_true(stream, &s_ready) : 1;
     if (found == NULL || closed != 0 || ready <= 0 || found == Py_None) {
         Py_XDECREF(found);
         Py_DECREF(stream);
@@ -202,17 +170,17 @@ static Py_ssize_t continue_frame(DataPath *self, PyObject **view, PyObject *data
 {
     PyObject *core = self->core;
     long left, stream_id;
-    if (get_long(core, s_data_left, &left) < 0)
+    if (get_long(core, &s_data_left, &left) < 0)
         return -1;
     if (left <= 0)
         return 0;
-    int deliver_it = get_true(core, s_data_deliver);
-    int ends = deliver_it <= 0 ? -1 : get_true(core, s_data_end);
+    int deliver_it = get_true(core, &s_data_deliver);
+    int ends = deliver_it <= 0 ? -1 : get_true(core, &s_data_end);
     if (deliver_it < 0 || (deliver_it && ends < 0))
         return -1;
-    if (!deliver_it || ends != 0 || get_long(core, s_data_stream, &stream_id) < 0)
+    if (!deliver_it || ends != 0 || get_long(core, &s_data_stream, &stream_id) < 0)
         return PyErr_Occurred() ? -1 : 0;
-    int client_side = get_true(core, s_client_side);
+    int client_side = get_true(core, &s_client_side);
     if (client_side < 0)
         return -1;
     PyObject *sink;
@@ -220,7 +188,7 @@ static Py_ssize_t continue_frame(DataPath *self, PyObject **view, PyObject *data
     if (stream == NULL)
         return PyErr_Occurred() ? -1 : 0;
     long take = size < left ? (long)size : left;
-    int failed = set_long(core, s_data_left, left - take) < 0 ||
+    int failed = set_long(core, &s_data_left, left - take) < 0 ||
                  consume(core, stream, (unsigned long)stream_id, take, windows[0], windows[1]) < 0 ||
                  deliver(self, view, data, sink, 0, take) < 0;
     Py_DECREF(sink);
@@ -243,11 +211,11 @@ static PyObject *DataPath_feed(DataPath *self, PyObject *data)
     long max_frame, windows[2];
     int accepts = core_accepts(core, 0), client_side = -1;
     if (accepts > 0) {
-        PyObject *settings = PyObject_GetAttr(core, s_settings);
-        if (settings == NULL || get_long(settings, s_max_frame_size, &max_frame) < 0 ||
-            get_long(settings, s_connection_window, &windows[0]) < 0 ||
-            get_long(settings, s_stream_window, &windows[1]) < 0 ||
-            (client_side = get_true(core, s_client_side)) < 0)
+        PyObject *settings = attr_get(core, &s_settings);
+        if (settings == NULL || get_long(settings, &s_max_frame_size, &max_frame) < 0 ||
+            get_long(settings, &s_connection_window, &windows[0]) < 0 ||
+            get_long(settings, &s_stream_window, &windows[1]) < 0 ||
+            (client_side = get_true(core, &s_client_side)) < 0)
             accepts = -1;
         Py_XDECREF(settings);
     }
@@ -274,19 +242,19 @@ static PyObject *DataPath_feed(DataPath *self, PyObject *data)
             accepts = PyErr_Occurred() ? -1 : 0;
             break;
         }
-        if (get_long(core, s_recv_window, &connection_left) < 0 ||
-            get_long(stream, s_window, &stream_left) < 0) {
+        if (get_long(core, &s_recv_window, &connection_left) < 0 ||
+            get_long(stream, &s_window, &stream_left) < 0) {
             accepts = -1;
         } else if (length <= connection_left && length <= stream_left) {
             Py_ssize_t held = size - pos - FRAME_HEADER;
             long take = held < length ? (long)held : length;
             /* The core's _data_begin for a frame in good standing, then _data_piece for what is here. */
-            if (set_long(core, s_recv_window, connection_left - length) < 0 ||
-                set_long(stream, s_window, stream_left - length) < 0 ||
-                (take < length && (set_long(core, s_data_stream, (long)stream_id) < 0 ||
-                                   PyObject_SetAttr(core, s_data_deliver, Py_True) < 0 ||
-                                   PyObject_SetAttr(core, s_data_end, Py_False) < 0 ||
-                                   set_long(core, s_data_left, length - take) < 0)) ||
+            if (set_long(core, &s_recv_window, connection_left - length) < 0 ||
+                set_long(stream, &s_window, stream_left - length) < 0 ||
+                (take < length && (set_long(core, &s_data_stream, (long)stream_id) < 0 ||
+                                   attr_set(core, &s_data_deliver, Py_True) < 0 ||
+                                   attr_set(core, &s_data_end, Py_False) < 0 ||
+                                   set_long(core, &s_data_left, length - take) < 0)) ||
                 (take > 0 && (consume(core, stream, stream_id, take, windows[0], windows[1]) < 0 ||
                               deliver(self, &view, data, sink, pos + FRAME_HEADER, take) < 0)))
                 accepts = -1;
@@ -302,13 +270,13 @@ static PyObject *DataPath_feed(DataPath *self, PyObject *data)
     if (accepts < 0)
         return NULL;
     if (pos > 0) {
-        PyObject *out = PyObject_GetAttr(core, s_out);
+        PyObject *out = attr_get(core, &s_out);
         int flush = out == NULL ? -1 : PyObject_IsTrue(out);
         Py_XDECREF(out);
-        if (flush < 0 || PyObject_SetAttr(self->session, s_received, Py_True) < 0)
+        if (flush < 0 || attr_set(self->session, &s_received, Py_True) < 0)
             return NULL;
         if (flush) {
-            PyObject *done = PyObject_CallMethodNoArgs(self->session, s_flush);
+            PyObject *done = PyObject_CallMethodNoArgs(self->session, m_flush);
             if (done == NULL)
                 return NULL;
             Py_DECREF(done);
@@ -380,19 +348,110 @@ PyTypeObject DataPathType = {
     .tp_members = DataPath_members,
 };
 
+/* Test hooks: the cached attribute path (attr_cache.h) for any name, compared with Python's getattr and setattr by
+ * tests/security/test_native_attr_cache.py. Each name gets one AttrName for the life of the process, as the
+ * module's own names do (probe_names: name -> capsule of its AttrName). */
+static PyObject *probe_names;
+
+static void probe_free(PyObject *capsule)
+{
+    AttrName *attr = PyCapsule_GetPointer(capsule, "ambit.attr_probe");
+    if (attr != NULL) {
+        Py_XDECREF(attr->name);
+        PyMem_Free(attr);
+    }
+}
+
+static AttrName *probe(PyObject *name)
+{
+    if (!PyUnicode_CheckExact(name)) {
+        PyErr_SetString(PyExc_TypeError, "an attribute name is a str");
+        return NULL;
+    }
+    if (probe_names == NULL && (probe_names = PyDict_New()) == NULL)
+        return NULL;
+    PyObject *capsule = PyDict_GetItemWithError(probe_names, name);
+    if (capsule != NULL)
+        return PyCapsule_GetPointer(capsule, "ambit.attr_probe");
+    if (PyErr_Occurred())
+        return NULL;
+    AttrName *attr = PyMem_Calloc(1, sizeof *attr);
+    if (attr == NULL)
+        return (AttrName *)PyErr_NoMemory();
+    attr->name = Py_NewRef(name);
+    PyUnicode_InternInPlace(&attr->name);
+    capsule = PyCapsule_New(attr, "ambit.attr_probe", probe_free);
+    if (capsule == NULL) {
+        Py_DECREF(attr->name);
+        PyMem_Free(attr);
+        return NULL;
+    }
+    int stored = PyDict_SetItem(probe_names, name, capsule);
+    Py_DECREF(capsule);
+    return stored < 0 ? NULL : attr;
+}
+
+static PyObject *probe_get(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "_attr_get takes an object and a name");
+        return NULL;
+    }
+    AttrName *attr = probe(args[1]);
+    return attr == NULL ? NULL : attr_get(args[0], attr);
+}
+
+static PyObject *probe_set(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "_attr_set takes an object, a name and a value");
+        return NULL;
+    }
+    AttrName *attr = probe(args[1]);
+    if (attr == NULL || attr_set(args[0], attr, args[2]) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *probe_kind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "_attr_kind takes an object and a name");
+        return NULL;
+    }
+    AttrName *attr = probe(args[1]);
+    if (attr == NULL)
+        return NULL;
+    AttrWay *way = attr_way(attr, Py_TYPE(args[0]));
+    const char *kind = way == NULL || !way->reads ? "generic"
+                       : way->kind == ATTR_SLOT   ? "slot"
+                       : way->kind == ATTR_DICT   ? "dict"
+                                                  : "generic";
+    return PyUnicode_FromString(kind);
+}
+
+static PyMethodDef module_methods[] = {
+    {"_attr_get", (PyCFunction)(void (*)(void))probe_get, METH_FASTCALL, "obj.<name> through the attribute cache"},
+    {"_attr_set", (PyCFunction)(void (*)(void))probe_set, METH_FASTCALL, "obj.<name> = value through the cache"},
+    {"_attr_kind", (PyCFunction)(void (*)(void))probe_kind, METH_FASTCALL,
+     "how the cache reads obj.<name>: 'slot', 'dict' or 'generic'"},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "_hbone_data",
     .m_doc = "DATA frames of attached HBONE streams, parsed in C (see hbone_data.c).",
     .m_size = -1,
+    .m_methods = module_methods,
 };
 
 PyMODINIT_FUNC PyInit__hbone_data(void)
 {
-    struct {
-        PyObject **slot;
-        const char *name;
-    } names[] = {
+    static const AttrNameInit attrs[] = {
         {&s_closed, "_closed"},
         {&s_buf, "_buf"},
         {&s_data_left, "_data_left"},
@@ -409,7 +468,6 @@ PyMODINIT_FUNC PyInit__hbone_data(void)
         {&s_recv_window, "_recv_window"},
         {&s_recv_unacked, "_recv_unacked"},
         {&s_out, "_out"},
-        {&s_give_back, "_give_back"},
         {&s_window, "recv_window"},
         {&s_sink, "sink"},
         {&s_remote_closed, "remote_closed"},
@@ -419,15 +477,12 @@ PyMODINIT_FUNC PyInit__hbone_data(void)
         {&s_connection_window, "connection_window"},
         {&s_stream_window, "stream_window"},
         {&s_received, "received"},
-        {&s_flush, "flush"},
         {&s_held, "held"},
         {&s_write_paused, "write_paused"},
         {&s_closing, "_closing"},
         {&s_backlog, "_backlog"},
         {&s_size, "size"},
         {&s_records, "_records"},
-        {&s_write, "write"},
-        {&s_hold, "_hold"},
         {&s_queue, "queue"},
         {&s_end_requested, "end_requested"},
         {&s_send_window, "send_window"},
@@ -439,8 +494,19 @@ PyMODINIT_FUNC PyInit__hbone_data(void)
         {&s_acks_owed, "_acks_owed"},
         {&s_acks_before, "_acks_before"},
     };
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (*names[i].slot == NULL && (*names[i].slot = PyUnicode_InternFromString(names[i].name)) == NULL)
+    struct {
+        PyObject **slot;
+        const char *name;
+    } methods[] = {
+        {&m_give_back, "_give_back"},
+        {&m_flush, "flush"},
+        {&m_write, "write"},
+        {&m_hold, "_hold"},
+    };
+    if (attr_names_init(attrs, sizeof attrs / sizeof attrs[0]) < 0)
+        return NULL;
+    for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++)
+        if (*methods[i].slot == NULL && (*methods[i].slot = PyUnicode_InternFromString(methods[i].name)) == NULL)
             return NULL;
     if (zero == NULL && (zero = PyLong_FromLong(0)) == NULL)
         return NULL;

@@ -18,13 +18,15 @@
  *   SocketReader(direction), socket -> HBONE: the loop's reader callback for the socket in place of the socket
  *   stream's _push_readable. In the steady state (the splice as above; the socket stream open, reading armed, not at
  *   EOF, delivering to this direction; the HBONE stream not failed or half-closed, its session on a DataPath) it
- *   recv()s one read of the stream's read size, grows that size as _push_readable does, and hands the chunk to
- *   DataPath.send in the same call (C to C). True: counted. False (taken, over the bound): counted, then the
- *   direction's hold_source pauses the socket until the HBONE stream drains, as on_data does. None (not taken):
- *   the chunk goes to on_data, the Python path, which sends or queues it with all its rules. An exception from
- *   send goes to the direction's write_failed (which finishes the splice or raises, as on_data would). EOF and read
- *   errors go to the socket stream's _read_eof and _read_failed; anything not steady to _push_readable itself,
- *   before any read.
+ *   recv()s one read of the stream's read size straight into the payload of the DATA frame it will travel in (9
+ *   octets of header in front), grows that size as _push_readable does, and hands the frame to DataPath.send's
+ *   frame entry in the same call (C to C), which writes the header and sends it: no second buffer and no copy per
+ *   chunk. True: counted. False (taken, over the bound): counted, then the direction's hold_source pauses the
+ *   socket until the HBONE stream drains, as on_data does. None (not taken): the chunk goes to on_data (a
+ *   read-only view of the frame's payload), the Python path, which sends or queues it with all its rules. An
+ *   exception from send goes to the direction's write_failed (which finishes the splice or raises, as on_data
+ *   would). EOF and read errors go to the socket stream's _read_eof and _read_failed; anything not steady to
+ *   _push_readable itself, before any read.
  *
  * Every fallback therefore starts at the exact octet C stopped at: nothing is read that is not delivered, counted
  * or handed on, and nothing is sent twice.
@@ -32,23 +34,26 @@
  * Memory safety and descriptors. No descriptor is kept: each call asks the socket object for its descriptor
  * (fileno(), -1 once closed) after checking, in the same call and with the GIL held, that the socket stream is not
  * closed; nothing runs between that check and the send() or recv(), so a closed socket whose number was reused by
- * another connection is never written to or read from. recv() fills a bytes object of exactly the read size, which
- * is checked to be 1 octet to 16 MiB first and then shrunk to what was read; send() reads the caller's buffer
- * through the buffer protocol for its own length. send() uses MSG_NOSIGNAL | MSG_DONTWAIT, recv() MSG_DONTWAIT: no
+ * another connection is never written to or read from. recv() fills a bytes object of 9 octets more than the read
+ * size from its 10th octet, for the read size exactly (checked to be 1 octet to 16 MiB first), and the object is
+ * then shrunk to 9 octets more than what was read; send() reads the caller's buffer through the buffer protocol for
+ * its own length. send() uses MSG_NOSIGNAL | MSG_DONTWAIT, recv() MSG_DONTWAIT: no
  * call blocks, and the GIL is held throughout.
  */
 #include "hbone_data.h"
 
 #include <errno.h>
 #include <stddef.h>
+#include <string.h>
 #include <sys/socket.h>
 
 #define MAX_READ (16 * 1024 * 1024)
 
-static PyObject *s_relay, *s_over, *s_callbacks, *s_result, *s_upward, *s_upstream_bytes, *s_downstream_bytes,
-    *s_src, *s_dst, *s_eof_sent, *s_sock_out, *s_sock, *s_eof_seen, *s_read_armed, *s_sock_sink, *s_chunk,
-    *s_max_chunk, *s_push_readable, *s_read_failed, *s_read_eof, *s_error, *s_local_ended, *s_stream_id,
-    *s_session, *s_data_path, *s_on_data, *s_write_failed, *s_send_failed, *s_hold_source, *s_fileno;
+static AttrName s_relay, s_over, s_callbacks, s_result, s_upward, s_upstream_bytes, s_downstream_bytes, s_src, s_dst,
+    s_eof_sent, s_sock_out, s_sock, s_eof_seen, s_read_armed, s_sock_sink, s_chunk, s_max_chunk, s_error,
+    s_local_ended, s_stream_id, s_session, s_data_path;
+static PyObject *m_push_readable, *m_read_failed, *m_read_eof, *m_on_data, *m_write_failed, *m_send_failed,
+    *m_hold_source, *m_fileno;
 
 typedef struct {
     PyObject_HEAD
@@ -59,16 +64,16 @@ typedef struct {
 /* The direction's splice if it runs with no per-chunk callbacks (*relay, a new reference): 1, 0, or -1. */
 static int running(PyObject *direction, PyObject **relay)
 {
-    *relay = PyObject_GetAttr(direction, s_relay);
+    *relay = attr_get(direction, &s_relay);
     if (*relay == NULL)
         return -1;
     int ok = *relay != Py_None;
     if (ok) {
-        int over = get_true(*relay, s_over);
+        int over = get_true(*relay, &s_over);
         ok = over < 0 ? -1 : !over;
     }
     if (ok > 0) {
-        PyObject *callbacks = PyObject_GetAttr(*relay, s_callbacks);
+        PyObject *callbacks = attr_get(*relay, &s_callbacks);
         ok = callbacks == NULL ? -1 : callbacks == Py_None;
         Py_XDECREF(callbacks);
     }
@@ -78,10 +83,10 @@ static int running(PyObject *direction, PyObject **relay)
 }
 
 /* Each of names is false on obj: 1, 0, or -1. */
-static int all_false(PyObject *obj, PyObject **const names[], size_t count)
+static int all_false(PyObject *obj, AttrName *const names[], size_t count)
 {
     for (size_t i = 0; i < count; i++) {
-        int truth = get_true(obj, *names[i]);
+        int truth = get_true(obj, names[i]);
         if (truth != 0)
             return truth < 0 ? -1 : 0;
     }
@@ -91,10 +96,10 @@ static int all_false(PyObject *obj, PyObject **const names[], size_t count)
 /* The socket stream's descriptor, asked of its socket object now: 1 (*fd), 0 (closed), or -1. */
 static int socket_fd(PyObject *stream, int *fd)
 {
-    PyObject *sock = PyObject_GetAttr(stream, s_sock);
+    PyObject *sock = attr_get(stream, &s_sock);
     if (sock == NULL)
         return -1;
-    PyObject *number = PyObject_CallMethodNoArgs(sock, s_fileno);
+    PyObject *number = PyObject_CallMethodNoArgs(sock, m_fileno);
     Py_DECREF(sock);
     if (number == NULL)
         return -1;
@@ -111,13 +116,13 @@ static int socket_fd(PyObject *stream, int *fd)
 /* Add n octets to the splice's total for this direction. 0, or -1. */
 static int count(PyObject *relay, PyObject *direction, Py_ssize_t n)
 {
-    int upward = get_true(direction, s_upward);
+    int upward = get_true(direction, &s_upward);
     if (upward < 0)
         return -1;
-    PyObject *result = PyObject_GetAttr(relay, s_result);
+    PyObject *result = attr_get(relay, &s_result);
     if (result == NULL)
         return -1;
-    PyObject *name = upward ? s_upstream_bytes : s_downstream_bytes;
+    AttrName *name = upward ? &s_upstream_bytes : &s_downstream_bytes;
     long total;
     int failed = get_long(result, name, &total) < 0 || set_long(result, name, total + (long)n) < 0;
     Py_DECREF(result);
@@ -154,11 +159,11 @@ static PyObject *direction_of(PyObject *callable);
 /* Whether the sink may send on the direction's socket now: 1 (*relay a new reference, *fd), 0, or -1. */
 static int sink_steady(PyObject *direction, PyObject **relay, int *fd)
 {
-    static PyObject **const must_be_false[] = {&s_closed, &s_eof_sent, &s_sock_out};
+    static AttrName *const must_be_false[] = {&s_closed, &s_eof_sent, &s_sock_out};
     int ok = running(direction, relay);
     if (ok <= 0)
         return ok;
-    PyObject *dst = PyObject_GetAttr(direction, s_dst);
+    PyObject *dst = attr_get(direction, &s_dst);
     ok = dst == NULL ? -1 : all_false(dst, must_be_false, 3);
     if (ok > 0)
         ok = socket_fd(dst, fd);
@@ -180,7 +185,7 @@ static PyObject *SocketSink_vectorcall(PyObject *callable, PyObject *const *args
     int fd = -1;
     int steady = sink_steady(direction, &relay, &fd);
     if (steady <= 0) {
-        result = steady < 0 ? NULL : call(direction, s_on_data, data);
+        result = steady < 0 ? NULL : call(direction, m_on_data, data);
         Py_DECREF(direction);
         return result;
     }
@@ -203,7 +208,7 @@ static PyObject *SocketSink_vectorcall(PyObject *callable, PyObject *const *args
         errno = error;
         PyErr_SetFromErrno(PyExc_OSError);
         PyObject *exc = take_exception();
-        result = exc == NULL ? NULL : call(direction, s_send_failed, exc);
+        result = exc == NULL ? NULL : call(direction, m_send_failed, exc);
         Py_XDECREF(exc);
     } else if (sent > 0 && count(relay, direction, sent) < 0) {
         result = NULL;
@@ -213,7 +218,7 @@ static PyObject *SocketSink_vectorcall(PyObject *callable, PyObject *const *args
         PyObject *whole = PyMemoryView_FromObject(data);
         PyObject *rest = whole == NULL ? NULL : PySequence_GetSlice(whole, sent > 0 ? sent : 0, size);
         Py_XDECREF(whole);
-        result = rest == NULL ? NULL : call(direction, s_on_data, rest);
+        result = rest == NULL ? NULL : call(direction, m_on_data, rest);
         Py_XDECREF(rest);
     }
     Py_DECREF(relay);
@@ -242,40 +247,40 @@ static void reading_clear(Reading *r)
  * cleared). */
 static int reader_steady(PyObject *direction, Reading *r)
 {
-    static PyObject **const src_false[] = {&s_closed, &s_eof_seen};
-    static PyObject **const dst_false[] = {&s_local_ended};
+    static AttrName *const src_false[] = {&s_closed, &s_eof_seen};
+    static AttrName *const dst_false[] = {&s_local_ended};
     int ok = running(direction, &r->relay);
     if (ok > 0) {
-        r->src = PyObject_GetAttr(direction, s_src);
+        r->src = attr_get(direction, &s_src);
         ok = r->src == NULL ? -1 : all_false(r->src, src_false, 2);
     }
     if (ok > 0)
-        ok = get_true(r->src, s_read_armed);
+        ok = get_true(r->src, &s_read_armed);
     if (ok > 0) {
-        PyObject *sink = PyObject_GetAttr(r->src, s_sock_sink);
+        PyObject *sink = attr_get(r->src, &s_sock_sink);
         ok = sink == NULL ? -1 : sink == direction;
         Py_XDECREF(sink);
     }
     if (ok > 0) {
-        r->dst = PyObject_GetAttr(direction, s_dst);
+        r->dst = attr_get(direction, &s_dst);
         ok = r->dst == NULL ? -1 : all_false(r->dst, dst_false, 1);
     }
     if (ok > 0) {
-        PyObject *error = PyObject_GetAttr(r->dst, s_error);
+        PyObject *error = attr_get(r->dst, &s_error);
         ok = error == NULL ? -1 : error == Py_None;
         Py_XDECREF(error);
     }
     if (ok > 0) {
-        PyObject *session = PyObject_GetAttr(r->dst, s_session);
-        r->data_path = session == NULL ? NULL : PyObject_GetAttr(session, s_data_path);
+        PyObject *session = attr_get(r->dst, &s_session);
+        r->data_path = session == NULL ? NULL : attr_get(session, &s_data_path);
         Py_XDECREF(session);
         ok = r->data_path == NULL ? -1 : Py_IS_TYPE(r->data_path, &DataPathType);
     }
     if (ok > 0) {
-        r->stream_id = PyObject_GetAttr(r->dst, s_stream_id);
+        r->stream_id = attr_get(r->dst, &s_stream_id);
         ok = r->stream_id == NULL ? -1 : 1;
     }
-    if (ok > 0 && (get_long(r->src, s_chunk, &r->chunk) < 0 || get_long(r->src, s_max_chunk, &r->max_chunk) < 0))
+    if (ok > 0 && (get_long(r->src, &s_chunk, &r->chunk) < 0 || get_long(r->src, &s_max_chunk, &r->max_chunk) < 0))
         ok = -1;
     if (ok > 0)
         ok = r->chunk >= 1 && r->chunk <= r->max_chunk && r->max_chunk <= MAX_READ;
@@ -286,25 +291,30 @@ static int reader_steady(PyObject *direction, Reading *r)
     return ok;
 }
 
-/* The read is in: grow the read size as _push_readable does, send, count, and act on send's answer. */
-static PyObject *relay_chunk(PyObject *direction, Reading *r, PyObject *chunk, Py_ssize_t n)
+/* The read of n octets is in, at the 10th octet of frame: grow the read size as _push_readable does, send the
+ * frame, count, and act on send's answer. */
+static PyObject *relay_frame(PyObject *direction, Reading *r, PyObject *frame, Py_ssize_t n)
 {
     if (n == r->chunk && r->chunk < r->max_chunk) {
         long grown = r->chunk * 2 < r->max_chunk ? r->chunk * 2 : r->max_chunk;
-        if (set_long(r->src, s_chunk, grown) < 0)
+        if (set_long(r->src, &s_chunk, grown) < 0)
             return NULL;
     }
-    PyObject *args[2] = {r->stream_id, chunk};
-    PyObject *taken = DataPath_send((DataPath *)r->data_path, args, 2);
+    PyObject *taken = DataPath_send_frame((DataPath *)r->data_path, r->stream_id, frame);
     if (taken == NULL) {
         PyObject *exc = take_exception();
-        PyObject *result = exc == NULL ? NULL : call(direction, s_write_failed, exc);
+        PyObject *result = exc == NULL ? NULL : call(direction, m_write_failed, exc);
         Py_XDECREF(exc);
         return result;
     }
-    if (taken == Py_None) {
+    if (taken == Py_None) { /* the Python path gets the chunk: a read-only view of the frame's payload, no copy */
         Py_DECREF(taken);
-        return call(direction, s_on_data, chunk);
+        PyObject *whole = PyMemoryView_FromObject(frame);
+        PyObject *chunk = whole == NULL ? NULL : PySequence_GetSlice(whole, FRAME_HEADER, FRAME_HEADER + n);
+        Py_XDECREF(whole);
+        PyObject *result = chunk == NULL ? NULL : call(direction, m_on_data, chunk);
+        Py_XDECREF(chunk);
+        return result;
     }
     int below_bound = PyObject_IsTrue(taken);
     Py_DECREF(taken);
@@ -312,7 +322,7 @@ static PyObject *relay_chunk(PyObject *direction, Reading *r, PyObject *chunk, P
         return NULL;
     if (below_bound)
         Py_RETURN_NONE;
-    return call(direction, s_hold_source, NULL);
+    return call(direction, m_hold_source, NULL);
 }
 
 static PyObject *SocketReader_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
@@ -327,19 +337,22 @@ static PyObject *SocketReader_vectorcall(PyObject *callable, PyObject *const *ar
     if (direction == NULL)
         return NULL;
     Reading r = {NULL, NULL, NULL, NULL, NULL, 0, 0, -1};
-    PyObject *chunk = NULL, *result = NULL;
+    PyObject *frame = NULL, *result = NULL;
     int steady = reader_steady(direction, &r);
     if (steady <= 0) {
-        PyObject *src = steady < 0 ? NULL : PyObject_GetAttr(direction, s_src);
-        result = src == NULL ? NULL : call(src, s_push_readable, NULL);
+        PyObject *src = steady < 0 ? NULL : attr_get(direction, &s_src);
+        result = src == NULL ? NULL : call(src, m_push_readable, NULL);
         Py_XDECREF(src);
         goto done;
     }
-    if ((chunk = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)r.chunk)) == NULL)
+    /* The DATA frame the chunk will travel in, read into at its payload; its header is written when it is sent,
+     * and is zeroes until then (a refused chunk is handed on as a view of this object: no uninitialised octet). */
+    if ((frame = PyBytes_FromStringAndSize(NULL, FRAME_HEADER + (Py_ssize_t)r.chunk)) == NULL)
         goto done;
+    memset(PyBytes_AS_STRING(frame), 0, FRAME_HEADER);
     Py_ssize_t n;
     do
-        n = recv(r.fd, PyBytes_AS_STRING(chunk), (size_t)r.chunk, MSG_DONTWAIT);
+        n = recv(r.fd, PyBytes_AS_STRING(frame) + FRAME_HEADER, (size_t)r.chunk, MSG_DONTWAIT);
     while (n < 0 && errno == EINTR);
     if (n < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK) {
@@ -347,16 +360,16 @@ static PyObject *SocketReader_vectorcall(PyObject *callable, PyObject *const *ar
         } else {
             PyErr_SetFromErrno(PyExc_OSError);
             PyObject *exc = take_exception();
-            result = exc == NULL ? NULL : call(r.src, s_read_failed, exc);
+            result = exc == NULL ? NULL : call(r.src, m_read_failed, exc);
             Py_XDECREF(exc);
         }
     } else if (n == 0) {
-        result = call(r.src, s_read_eof, NULL);
-    } else if (n == r.chunk || _PyBytes_Resize(&chunk, n) == 0) {
-        result = relay_chunk(direction, &r, chunk, n);
+        result = call(r.src, m_read_eof, NULL);
+    } else if (n == r.chunk || _PyBytes_Resize(&frame, FRAME_HEADER + n) == 0) {
+        result = relay_frame(direction, &r, frame, n);
     }
 done:
-    Py_XDECREF(chunk);
+    Py_XDECREF(frame);
     reading_clear(&r);
     Py_DECREF(direction);
     return result;
@@ -434,10 +447,7 @@ static PyTypeObject SocketReaderType = RELAY_SIDE_TYPE(
 
 int relay_socket_init(PyObject *module)
 {
-    struct {
-        PyObject **slot;
-        const char *name;
-    } names[] = {
+    static const AttrNameInit attrs[] = {
         {&s_relay, "relay"},
         {&s_over, "over"},
         {&s_callbacks, "callbacks"},
@@ -455,22 +465,29 @@ int relay_socket_init(PyObject *module)
         {&s_sock_sink, "_sink"},
         {&s_chunk, "_chunk"},
         {&s_max_chunk, "_max_chunk"},
-        {&s_push_readable, "_push_readable"},
-        {&s_read_failed, "_read_failed"},
-        {&s_read_eof, "_read_eof"},
         {&s_error, "_error"},
         {&s_local_ended, "_local_ended"},
         {&s_stream_id, "stream_id"},
         {&s_session, "_session"},
         {&s_data_path, "data_path"},
-        {&s_on_data, "on_data"},
-        {&s_write_failed, "write_failed"},
-        {&s_send_failed, "send_failed"},
-        {&s_hold_source, "hold_source"},
-        {&s_fileno, "fileno"},
     };
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (*names[i].slot == NULL && (*names[i].slot = PyUnicode_InternFromString(names[i].name)) == NULL)
+    struct {
+        PyObject **slot;
+        const char *name;
+    } methods[] = {
+        {&m_push_readable, "_push_readable"},
+        {&m_read_failed, "_read_failed"},
+        {&m_read_eof, "_read_eof"},
+        {&m_on_data, "on_data"},
+        {&m_write_failed, "write_failed"},
+        {&m_send_failed, "send_failed"},
+        {&m_hold_source, "hold_source"},
+        {&m_fileno, "fileno"},
+    };
+    if (attr_names_init(attrs, sizeof attrs / sizeof attrs[0]) < 0)
+        return -1;
+    for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++)
+        if (*methods[i].slot == NULL && (*methods[i].slot = PyUnicode_InternFromString(methods[i].name)) == NULL)
             return -1;
     if (PyType_Ready(&SocketSinkType) < 0 || PyType_Ready(&SocketReaderType) < 0)
         return -1;

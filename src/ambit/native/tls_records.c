@@ -39,6 +39,7 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
+#include "attr_cache.h"
 #include "record_sink.h"
 
 #define FULL_RECORD 16384      /* the most plaintext one TLS record carries */
@@ -521,9 +522,9 @@ typedef struct {
     PyObject *limit;     /* the read limit, as an int */
 } ReadPump;
 
-static PyObject *s_lost, *s_draining, *s_read_paused, *s_eof, *s_write_wants_read, *s_read_wants_write,
-    *s_read_ready, *s_after_read, *s_fail, *s_protocol_failed, *s_backlog, *s_held;
-
+/* The transport's fields the pump reads, with their caches (attr_cache.h), and the methods it calls. */
+static AttrName s_lost, s_draining, s_read_paused, s_eof, s_write_wants_read, s_read_wants_write, s_backlog, s_held;
+static PyObject *m_read_ready, *m_after_read, *m_fail, *m_protocol_failed;
 
 static PyObject *ReadPump_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
@@ -578,17 +579,6 @@ static void ReadPump_dealloc(ReadPump *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* An attribute's truth: 1, 0, or -1 with an exception set. */
-static int attr_true(PyObject *obj, PyObject *name)
-{
-    PyObject *value = PyObject_GetAttr(obj, name);
-    if (value == NULL)
-        return -1;
-    int truth = PyObject_IsTrue(value);
-    Py_DECREF(value);
-    return truth;
-}
-
 /* Call transport.<name>(exc) with the raised exception, as an except clause would: sys.exc_info() is exc during the
  * call (its handler may log it with its traceback). NULL if that call failed. */
 static PyObject *hand_exception(PyObject *transport, PyObject *name)
@@ -625,13 +615,14 @@ static PyObject *ReadPump_call(ReadPump *self, PyObject *args, PyObject *kwargs)
     Py_INCREF(transport); /* the calls below may finish the transport, which lets this pump go */
     PyObject *result = NULL;
     /* What _read_deferred checks, in its order. */
-    PyObject *const flags[] = {s_lost, s_write_wants_read, s_draining, s_read_paused, s_read_wants_write, s_eof};
+    AttrName *const flags[] = {&s_lost, &s_write_wants_read, &s_draining, &s_read_paused, &s_read_wants_write,
+                               &s_eof};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
-        int set = attr_true(transport, flags[i]);
+        int set = get_true(transport, flags[i]);
         if (set < 0)
             goto done;
         if (set) {
-            result = PyObject_CallMethodNoArgs(transport, s_read_ready);
+            result = PyObject_CallMethodNoArgs(transport, m_read_ready);
             goto done;
         }
     }
@@ -639,7 +630,7 @@ static PyObject *ReadPump_call(ReadPump *self, PyObject *args, PyObject *kwargs)
     PyObject *read = Records_read(records, self->limit);
     if (read == NULL) {
         if (PyErr_ExceptionMatches(PyExc_OSError))
-            result = hand_exception(transport, s_fail);
+            result = hand_exception(transport, m_fail);
         goto done;
     }
     PyObject *data = Py_NewRef(PyTuple_GET_ITEM(read, 0)), *status = PyTuple_GET_ITEM(read, 1),
@@ -649,14 +640,14 @@ static PyObject *ReadPump_call(ReadPump *self, PyObject *args, PyObject *kwargs)
         if (taken == NULL) {
             Py_DECREF(data);
             if (PyErr_ExceptionMatches(PyExc_Exception))
-                result = hand_exception(transport, s_protocol_failed);
+                result = hand_exception(transport, m_protocol_failed);
             Py_DECREF(read);
             goto done;
         }
         Py_ssize_t n = PyLong_AsSsize_t(taken);
         Py_DECREF(taken);
         Py_ssize_t length = PyBytes_GET_SIZE(data);
-        int lost = n == -1 && PyErr_Occurred() ? -1 : attr_true(transport, s_lost);
+        int lost = n == -1 && PyErr_Occurred() ? -1 : get_true(transport, &s_lost);
         if (lost != 0 || n < 0 || n > length) {
             Py_DECREF(data);
             Py_DECREF(read);
@@ -679,8 +670,8 @@ static PyObject *ReadPump_call(ReadPump *self, PyObject *args, PyObject *kwargs)
     if (data == Py_None && PyLong_AsLong(status) == READ_AGAIN) {
         /* The transport's flow control follows what the records hold (its backlog's held): unchanged, done. */
         Py_ssize_t told = -1;
-        PyObject *backlog = PyObject_GetAttr(transport, s_backlog);
-        PyObject *held = backlog == NULL ? NULL : PyObject_GetAttr(backlog, s_held);
+        PyObject *backlog = attr_get(transport, &s_backlog);
+        PyObject *held = backlog == NULL ? NULL : attr_get(backlog, &s_held);
         Py_XDECREF(backlog);
         if (held != NULL) {
             told = PyLong_AsSsize_t(held);
@@ -698,7 +689,7 @@ static PyObject *ReadPump_call(ReadPump *self, PyObject *args, PyObject *kwargs)
             goto done;
         }
     }
-    result = PyObject_CallMethodObjArgs(transport, s_after_read, data, status, error, NULL);
+    result = PyObject_CallMethodObjArgs(transport, m_after_read, data, status, error, NULL);
     Py_DECREF(data);
     Py_DECREF(read);
 done:
@@ -743,25 +734,29 @@ PyMODINIT_FUNC PyInit__tls_records(void)
     Py_DECREF(ssl_module);
     if (!SSLError || !SSLWantReadError || !SSLWantWriteError || !SSLZeroReturnError || !SSLEOFError)
         return NULL;
-    struct {
-        PyObject **slot;
-        const char *name;
-    } names[] = {
+    static const AttrNameInit attrs[] = {
         {&s_lost, "_lost"},
         {&s_draining, "_draining"},
         {&s_read_paused, "_read_paused"},
         {&s_eof, "_eof"},
         {&s_write_wants_read, "_write_wants_read"},
         {&s_read_wants_write, "_read_wants_write"},
-        {&s_read_ready, "_read_ready"},
-        {&s_after_read, "_after_read"},
-        {&s_fail, "_fail"},
-        {&s_protocol_failed, "_protocol_failed"},
         {&s_backlog, "_backlog"},
         {&s_held, "held"},
     };
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (*names[i].slot == NULL && (*names[i].slot = PyUnicode_InternFromString(names[i].name)) == NULL)
+    struct {
+        PyObject **slot;
+        const char *name;
+    } methods[] = {
+        {&m_read_ready, "_read_ready"},
+        {&m_after_read, "_after_read"},
+        {&m_fail, "_fail"},
+        {&m_protocol_failed, "_protocol_failed"},
+    };
+    if (attr_names_init(attrs, sizeof attrs / sizeof attrs[0]) < 0)
+        return NULL;
+    for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++)
+        if (*methods[i].slot == NULL && (*methods[i].slot = PyUnicode_InternFromString(methods[i].name)) == NULL)
             return NULL;
     if (PyType_Ready(&RecordsType) < 0 || PyType_Ready(&ReadPumpType) < 0)
         return NULL;
