@@ -22,6 +22,7 @@ import gc
 import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -162,6 +163,17 @@ def pytest_runtest_protocol(item: pytest.Item) -> object:
         harness.running_test.remove(item)
 
 
+def hbone_data_or_skip() -> ModuleType:
+    """The native HBONE DATA path's extension (``ambit.native._hbone_data``); where it is not built the test is
+    skipped, or failed under CI (``CI=true``), so CI cannot test without it unawares."""
+    module = native.load_hbone_data()
+    if module is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI=true and the native HBONE DATA path (_hbone_data) cannot be used")
+        pytest.skip("the native HBONE DATA path is not built (scripts/build_native.py builds it)")
+    return module
+
+
 def use_records_path(path: str) -> None:
     """Make this process run TLS records on ``path``: "python", "native" (records and DATA frames of attached streams
     in C: steps 1 and 2) or "relay" (and the relay's plain socket side: step 3); a native path that is not built
@@ -212,11 +224,7 @@ def data_path(request: pytest.FixtureRequest) -> DataPathFactory:
     the rest by the engine. A native path that is not built skips, or fails under CI (``CI=true``)."""
     if request.param == "python":
         return lambda core: core.receive_data
-    module = native.load_hbone_data()
-    if module is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI=true and the native HBONE DATA path (_hbone_data) cannot be used")
-        pytest.skip("the native HBONE DATA path is not built (scripts/build_native.py builds it)")
+    module = hbone_data_or_skip()
 
     def native_receive(core: HboneConnection) -> Receive:
         feed = module.DataPath(core, _QuietShell()).feed

@@ -26,8 +26,7 @@ import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
-
-from ambit import native
+from tests.conftest import hbone_data_or_skip
 
 EXAMPLES = int(os.environ.get("AMBIT_ATTR_CACHE_EXAMPLES", "150"))
 """Hypothesis examples of the state machine (the sanitizer run asks for fewer)."""
@@ -36,12 +35,7 @@ NAMES = ("a", "b", "c", "x")
 
 
 def _hooks() -> ModuleType:
-    module = native.load_hbone_data()
-    if module is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI=true and the native DATA path's extension is not built")
-        pytest.skip("the native DATA path's extension is not built")
-    return module
+    return hbone_data_or_skip()
 
 
 @pytest.fixture

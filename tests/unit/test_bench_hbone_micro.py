@@ -3,7 +3,6 @@ a ``DataPath`` each, over in-memory stand-ins of the session and transport) send
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from types import ModuleType
 
@@ -18,18 +17,12 @@ from bench.hbone_micro import (
     relay_tunnel_bytes,
     round_trip,
 )
-
-from ambit import native
+from tests.conftest import hbone_data_or_skip
 
 
 @pytest.fixture
 def hbone_data() -> ModuleType:
-    module = native.load_hbone_data()
-    if module is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI=true and the native HBONE DATA path (_hbone_data) cannot be used")
-        pytest.skip("the native HBONE DATA path is not built (scripts/build_native.py builds it)")
-    return module
+    return hbone_data_or_skip()
 
 
 @pytest.mark.parametrize("make", [h2_pair, ambit_pair, relay_pair(None)], ids=["h2", "events", "relay"])

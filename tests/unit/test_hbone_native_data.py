@@ -25,8 +25,8 @@ from types import ModuleType
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from tests.conftest import hbone_data_or_skip
 
-from ambit import native
 from ambit.hbone import DataReceived, Event, HboneClientConnection, HboneServerConnection, HboneSettings, wire
 from ambit.hbone.connection import MAX_EMPTY_DATA
 from ambit.tls.write_backlog import WriteBacklog
@@ -37,12 +37,7 @@ SETTINGS = HboneSettings(stream_window=64 * KiB, connection_window=128 * KiB, ma
 
 @pytest.fixture(scope="module")
 def hbone_data() -> Iterator[ModuleType]:
-    module = native.load_hbone_data()
-    if module is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI=true and the native HBONE DATA path (_hbone_data) cannot be used")
-        pytest.skip("the native HBONE DATA path is not built (scripts/build_native.py builds it)")
-    yield module
+    yield hbone_data_or_skip()
 
 
 class Shell:
