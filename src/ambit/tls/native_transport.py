@@ -36,7 +36,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, cast
 
 from ambit.tls.contexts import context_options, libssl_verify_mode
-from ambit.tls.socket_transport import READ_SIZE, SHUTDOWN_TIMEOUT, TlsSocketTransport
+from ambit.tls.socket_transport import READ_SIZE, SHUTDOWN_TIMEOUT, Addresses, TlsSocketTransport
 
 if TYPE_CHECKING:
     from ambit.native._tls_records import Records
@@ -75,6 +75,7 @@ class NativeTlsSocketTransport(TlsSocketTransport):
         records: Records,
         *,
         reading: bool = False,
+        addresses: Addresses | None = None,
     ) -> None:
         self._records = records
         self._records_read = records.read
@@ -83,7 +84,8 @@ class NativeTlsSocketTransport(TlsSocketTransport):
         self._wants_write_status = tls_records.READ_WANTS_WRITE
         self._feed: Callable[[bytes], int] | None = None  # see set_data_path
         self._pump_type = tls_records.ReadPump
-        super().__init__(loop, tls, protocol, None, reading=reading)  # connects the protocol, which may write at once
+        # Connects the protocol, which may write at once.
+        super().__init__(loop, tls, protocol, None, reading=reading, addresses=addresses)
 
     def _holds_input(self) -> bool:
         return self._records.pending()
