@@ -224,8 +224,10 @@ class NetnsSocketFactory:
         sock: socket.socket | None = None
         pool = self._pools.get(family)
         if pool is not None:
-            with contextlib.suppress(IndexError):
+            try:  # noqa: SIM105 - per connection: contextlib.suppress is three Python calls more
                 sock = pool.popleft()
+            except IndexError:  # none spare (the factory's thread may empty the pool as it stops)
+                pass
         future: asyncio.Future[socket.socket] | None = None
         if sock is None:  # the slow way: asked first, so the thread answers before it refills
             future = self._loop.create_future()
@@ -370,8 +372,10 @@ async def connect(
         if source_ip is not None:
             # The port is chosen at connect() from the whole 4-tuple, not at bind() from the ports free for any
             # destination: a busy client's many connections (and their TIME_WAITs) do not exhaust the range.
-            with contextlib.suppress(OSError):
+            try:  # noqa: SIM105 - per connection: contextlib.suppress is three Python calls more
                 sock.setsockopt(socket.IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, 1)
+            except OSError:  # an older kernel: bind() picks the port then
+                pass
             sock.bind((source_ip, 0))
         err = sock.connect_ex(address)
         if err != 0:
@@ -436,13 +440,14 @@ def original_dst(sock: socket.socket) -> tuple[str, int] | None:
     A connection that arrived without NAT (a TPROXY rule, or a direct connection) has its destination as its local
     address: callers that can take one fall back to ``getsockname()``.
     """
-    if sock.family == socket.AF_INET6:
+    family = sock.family  # an enum made from the socket's number on every read: read once
+    if family == socket.AF_INET6:
         level, size = socket.IPPROTO_IPV6, SOCKADDR_IN6_SIZE
     else:
         level, size = socket.SOL_IP, SOCKADDR_IN_SIZE
     try:
         raw = sock.getsockopt(level, SO_ORIGINAL_DST, size)  # IP6T_SO_ORIGINAL_DST has the same number, 80
-        return decode_sockaddr(raw, sock.family)
+        return decode_sockaddr(raw, family)
     except (OSError, SockaddrError):
         return None
 
