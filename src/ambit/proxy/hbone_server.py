@@ -77,6 +77,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _REFUSED_STREAM = 0x7  # HTTP/2 REFUSED_STREAM: not processed, the client may retry
+_DEFAULT_LIVENESS = LivenessSettings()
+"""The deadlines of a connection served without a listener's (frozen: one instance serves them all)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,7 +245,7 @@ class HboneServer:
             if ticket is not None:
                 ticket.established()
             if liveness is None:
-                liveness = ticket.liveness if ticket is not None else LivenessSettings()
+                liveness = ticket.liveness if ticket is not None else _DEFAULT_LIVENESS
             session.release()
             server._start_timer(liveness)
             unwatch = drain.watch(session.go_away) if drain is not None else None
