@@ -128,10 +128,11 @@ def _connection_done(
             return
     if ticket is not None:
         ticket.release()
-    try:  # noqa: SIM105 - per connection: contextlib.suppress is three Python calls more
-        conn.close()
-    except OSError:
-        pass
+    if conn.fileno() != -1:  # not closed yet (an HBONE connection's TLS socket took its descriptor, and closed it)
+        try:  # noqa: SIM105 - per connection: contextlib.suppress is three Python calls more
+            conn.close()
+        except OSError:
+            pass
 
 
 @dataclass(frozen=True, slots=True)
