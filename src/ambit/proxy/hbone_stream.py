@@ -560,7 +560,7 @@ class HboneSession(asyncio.Protocol):
 
     def flush(self) -> None:
         """Write what the core has to send, if the transport is still open (and not held)."""
-        if self.held:
+        if self.held or not self.core.outgoing:  # nothing to send: no call to join nothing
             return
         data = self.core.data_to_send()
         if data and self.transport is not None and not self.transport.is_closing():
