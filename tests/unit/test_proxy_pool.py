@@ -7,6 +7,7 @@ import asyncio
 import pytest
 from pool_fakes import KEY, OTHER_KEY, Clock, Dialer, FakeConnection, settle
 
+from ambit.proxy import pool as pool_module
 from ambit.proxy.hbone_client import TunnelRefusedError
 from ambit.proxy.hbone_stream import ConnectionLostError
 from ambit.proxy.pool import ConnectionPool, PoolClosedError
@@ -215,3 +216,19 @@ async def test_every_dial_of_a_key_runs_in_a_task_named_after_the_key(pool: Conn
         await pool.open_tunnel(KEY, "10.0.0.1:80", [], dial)
     assert len(dialer.made) == 3
     assert names == [f"hbone dial {KEY}"] * 3
+
+
+async def test_a_key_gets_one_bucket_however_many_tunnels_it_opens(
+    pool: ConnectionPool, dialer: Dialer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made: list[object] = []
+
+    class CountedBucket(pool_module._Bucket):
+        def __init__(self) -> None:
+            super().__init__()
+            made.append(self)
+
+    monkeypatch.setattr(pool_module, "_Bucket", CountedBucket)
+    for _ in range(3):
+        await pool.open_tunnel(KEY, "10.0.0.1:80", [], dialer)
+    assert len(made) == 1  # made for the key's first open, found by the others

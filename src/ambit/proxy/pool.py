@@ -219,7 +219,9 @@ class ConnectionPool:
         while True:
             if self._closed:
                 raise PoolClosedError("the connection pool is closed")
-            bucket = self._buckets.setdefault(key, _Bucket())
+            bucket = self._buckets.get(key)
+            if bucket is None:  # not ``setdefault(key, _Bucket())``: that makes a bucket per call, kept or not
+                bucket = self._buckets[key] = _Bucket()
             bucket.keep([c for c in bucket.connections if not c.closed])
             if self._idle_timeout == 0:
                 self._close_used_idle(bucket)
