@@ -102,17 +102,18 @@ def _new_tcp_socket(family: socket.AddressFamily, mark: int | None) -> socket.so
     return sock
 
 
-def _make_transparent(sock: socket.socket) -> None:
-    if sock.family == socket.AF_INET6:
+def _make_transparent(sock: socket.socket, family: socket.AddressFamily) -> None:
+    if family == socket.AF_INET6:
         sock.setsockopt(socket.IPPROTO_IPV6, IPV6_TRANSPARENT, 1)
     else:
         sock.setsockopt(socket.SOL_IP, IP_TRANSPARENT, 1)
 
 
-def _configured(sock: socket.socket, transparent: bool) -> socket.socket:
+def _configured(sock: socket.socket, transparent: bool, family: socket.AddressFamily) -> socket.socket:
+    """``sock`` (of ``family``, which the caller knows: ``sock.family`` is an enum made per read) made ready."""
     try:
         if transparent:
-            _make_transparent(sock)
+            _make_transparent(sock, family)
     except OSError as exc:
         sock.close()
         raise SocketFactoryError(f"cannot make a transparent socket: {exc.strerror}") from exc
@@ -132,7 +133,7 @@ class HostSocketFactory:
             sock = _new_tcp_socket(family, self._mark)
         except OSError as exc:
             raise SocketFactoryError(f"cannot create a socket: {exc.strerror}") from exc
-        return _configured(sock, transparent)
+        return _configured(sock, transparent, family)
 
     async def udp_socket(self, *, family: socket.AddressFamily = socket.AF_INET) -> socket.socket:
         try:
@@ -238,7 +239,7 @@ class NetnsSocketFactory:
         if future is not None:
             sock = await future
         assert sock is not None
-        return _configured(sock, transparent)
+        return _configured(sock, transparent, family)
 
     async def udp_socket(self, *, family: socket.AddressFamily = socket.AF_INET) -> socket.socket:
         """A marked UDP socket in the pod's netns (no pool: made by the thread on request)."""
