@@ -427,18 +427,18 @@ async def test_the_transport_reports_the_addresses_its_opener_already_had(certs:
     addresses = (("198.18.0.9", 15008), ("198.18.0.8", 40000)) if given else None
     server = Sink()
     serving = asyncio.get_running_loop().create_task(served(certs, server_sock, server))
+    context = certs.client.client_context(read_ahead=READ_AHEAD_BUFFER)
     transport, _ = await open_tls(
-        Sink,
-        client_sock,
-        certs.client.client_context(read_ahead=READ_AHEAD_BUFFER),
-        server_side=False,
-        handshake_timeout=5,
-        addresses=addresses,
+        Sink, client_sock, context, server_side=False, handshake_timeout=5, addresses=addresses
     )
     server_transport = await serving
     try:
         expected = addresses if addresses is not None else (peer, local)
         assert (transport.get_extra_info("peername"), transport.get_extra_info("sockname")) == expected
+        # The rest of asyncio's extra information is what the SSLSocket says.
+        tls = transport.get_extra_info("ssl_object")
+        assert transport.get_extra_info("sslcontext") is context is tls.context
+        assert transport.get_extra_info("cipher") == tls.cipher() is not None
     finally:
         transport.abort()
         server_transport.abort()

@@ -46,13 +46,14 @@ log = logging.getLogger(__name__)
 
 def attach_records(tls_records: ModuleType, tls: ssl.SSLSocket) -> Records | None:
     """A ``Records`` for the handshaken ``tls``, or None (with a warning) when its ``SSL *`` cannot be trusted."""
-    context = tls.context
+    sslobj = tls._sslobj  # type: ignore[attr-defined]  # the _ssl object that owns the SSL *
+    context = sslobj.context  # the SSLSocket's, without its property's frame
     try:
         return cast(
             "Records",
             tls_records.Records(
                 tls,
-                tls._sslobj,  # type: ignore[attr-defined]  # the _ssl object that owns the SSL *
+                sslobj,
                 context,
                 context_options(context),
                 libssl_verify_mode(context),

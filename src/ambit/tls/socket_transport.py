@@ -230,7 +230,10 @@ class TlsSocketTransport(asyncio.Transport):
     ) -> None:
         """``reading``: the descriptor is registered for reading already (by :func:`open_tls`'s handshake); the
         transport makes that registration its own. ``addresses``: the socket's (peer, local) addresses, if known."""
-        extra: dict[str, Any] = {"socket": tls, "ssl_object": tls, "sslcontext": tls.context}
+        # The ``_ssl`` object's own context and cipher: ``SSLSocket.context`` and ``cipher()`` only add Python
+        # frames (and a closed check) around them, on a socket just handshaken.
+        sslobj = tls._sslobj  # type: ignore[attr-defined]
+        extra: dict[str, Any] = {"socket": tls, "ssl_object": tls, "sslcontext": sslobj.context}
         if addresses is not None:
             extra["peername"], extra["sockname"] = addresses
         else:
@@ -238,12 +241,12 @@ class TlsSocketTransport(asyncio.Transport):
                 extra["peername"], extra["sockname"] = tls.getpeername(), tls.getsockname()
             except OSError:
                 extra["peername"] = extra["sockname"] = None
-        extra["cipher"] = tls.cipher()  # "peercert": decoded on demand (get_extra_info)
+        extra["cipher"] = sslobj.cipher()  # "peercert": decoded on demand (get_extra_info)
         super().__init__(extra)
         self._info = extra  # asyncio's _extra, which get_extra_info completes
         self._loop = loop
         self._tls = tls
-        self._sslobj = tls._sslobj  # type: ignore[attr-defined]  # the _ssl object: kept past close, as the SSL *
+        self._sslobj = sslobj  # the _ssl object: kept past close, as the SSL *
         self._fd = tls.fileno()
         self._protocol = protocol
         # The C methods of the ``_ssl`` object itself: ``SSLSocket.recv`` and ``send`` only add Python frames (their
