@@ -63,6 +63,13 @@ class Mesh:
         """Raised by a test: the server's connections say GOAWAY, as a draining node proxy's do."""
         self.tls_transport: TlsTransportKind = "loop"
         """The TLS transport of both ends (a test parametrizes it: the same behaviour holds on each)."""
+        self.find_server_cert: Callable[[], WorkloadCertificate | None] | None = None
+        """The server's ``find_cert`` (the certificate at hand), or None to await its fetch always."""
+        self.pass_addresses = False
+        """Give the server the accepted socket's addresses, as the node proxy's inbound side does."""
+        self.cert_fetches = 0
+        """How many times the server awaited its certificate."""
+        self.requests: list[InboundRequest] = []
 
     async def start(self) -> None:
         async def upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -85,6 +92,7 @@ class Mesh:
         while True:
             sock, _ = await loop.sock_accept(self._listener)
             self.connections_served += 1
+            addresses = (sock.getpeername(), sock.getsockname()) if self.pass_addresses else None
             task = asyncio.create_task(
                 HboneServer.serve(
                     sock,
@@ -96,16 +104,20 @@ class Mesh:
                     revocation=self.server_revocation,
                     drain=self.drain,
                     tls_transport=self.tls_transport,
+                    find_cert=self.find_server_cert,
+                    addresses=addresses,
                 )
             )
             self.serving.add(task)
             task.add_done_callback(self.serving.discard)
 
     async def _server_cert(self) -> WorkloadCertificate:
+        self.cert_fetches += 1
         return self.server_cert
 
     async def _handle(self, request: InboundRequest, responder: TunnelResponder) -> None:
         assert request.peer_identity == self.client_cert.identity
+        self.requests.append(request)
         _, port = parse_authority(request.authority)
         if port in REJECT_PORTS:
             responder.reject(REJECT_PORTS[port])

@@ -16,6 +16,7 @@ import pytest
 from tests.integration.hbone_mesh import (
     CLIENT,
     CRASH_PORT,
+    FACTORY,
     REJECT_PORTS,
     SERVER,
     SILENT_PORT,
@@ -33,8 +34,10 @@ from ambit.hbone.connection import HboneSettings
 from ambit.identity.localca import LocalCa
 from ambit.model.identity import SpiffeId
 from ambit.proxy.drain import DrainSignal
-from ambit.proxy.errors import StreamClosedError
-from ambit.proxy.hbone_client import HboneConnectError, TunnelRefusedError
+from ambit.proxy.errors import ResponseFlag, StreamClosedError
+from ambit.proxy.hbone_client import HboneClient, HboneConnectError, TunnelRefusedError
+from ambit.proxy.pool import ConnectionPool
+from ambit.proxy.sockets import connect
 from ambit.tls.socket_transport import TlsTransportKind
 
 
@@ -346,3 +349,71 @@ async def test_a_lost_connection_drops_its_data_path_without_the_collector(mesh:
     finally:
         gc.enable()
     assert mesh.failures == []
+
+
+async def test_a_server_certificate_at_hand_is_used_without_awaiting_its_fetch(mesh: Mesh) -> None:
+    """What the node proxy's inbound side gives the server (``find_cert``): with the certificate at hand nothing is
+    awaited for it (no deadline to arm); when it is not, the server awaits the fetch as before."""
+    mesh.find_server_cert = lambda: mesh.server_cert
+    assert await echo_once(mesh, b"at hand") == b"at hand"
+    assert mesh.cert_fetches == 0
+    await mesh.pool.aclose()
+    mesh.pool = ConnectionPool(clock=mesh.clock)  # a new connection, whose certificate is not at hand
+    mesh.find_server_cert = lambda: None
+    assert await echo_once(mesh, b"fetched") == b"fetched"
+    assert mesh.cert_fetches == 1
+    assert mesh.failures == []
+
+
+@pytest.mark.parametrize("pass_addresses", [True, False], ids=["given", "asked"])
+async def test_the_server_reports_the_connections_addresses_whoever_asked_for_them(
+    mesh: Mesh, pass_addresses: bool
+) -> None:
+    """The node proxy's inbound side asks the accepted socket for its addresses once and hands them on; the
+    request and the TLS transport report the same as when the server asks the socket itself."""
+    mesh.pass_addresses = pass_addresses
+    stream = await mesh.open()
+    try:
+        client = stream._session.transport
+        assert client is not None
+        client_addr = client.get_extra_info("sockname")[:2]
+        assert mesh.requests[-1].peer_addr == client_addr
+        assert mesh.requests[-1].local_addr == tuple(mesh.listener_addr)
+        assert client.get_extra_info("peername")[:2] == tuple(mesh.listener_addr)
+    finally:
+        await stream.aclose()
+    assert mesh.failures == []
+
+
+async def test_a_server_that_never_sends_its_settings_fails_the_connect_at_the_timeout(
+    ca: LocalCa, tls_transport: TlsTransportKind
+) -> None:
+    """A genuine server that completes the handshake and then says nothing: the client gives up after ``timeout``
+    (CONNECT_FAILURE), closes its side, and leaves nothing waiting on the session."""
+    client_cert, server_cert = await asyncio.gather(ca.fetch_certificate(CLIENT), ca.fetch_certificate(SERVER))
+    loop = asyncio.get_running_loop()
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.setblocking(False)
+    silent: list[asyncio.BaseTransport] = []
+
+    async def serve_silently() -> None:
+        sock, _ = await loop.sock_accept(listener)
+        transport, _ = await loop.connect_accepted_socket(asyncio.Protocol, sock, ssl=server_cert.server_context())
+        silent.append(transport)
+
+    serving = asyncio.create_task(serve_silently())
+    try:
+        sock = await connect(FACTORY, listener.getsockname()[:2])
+        started = loop.time()
+        with pytest.raises(HboneConnectError, match="sent no HTTP/2 settings") as raised:
+            await HboneClient.connect(
+                sock, client_cert, frozenset({SERVER}), trust_domain=TD, timeout=0.5, tls_transport=tls_transport
+            )
+        assert raised.value.flag is ResponseFlag.CONNECT_FAILURE
+        assert loop.time() - started >= 0.5
+        await serving
+    finally:
+        serving.cancel()
+        for transport in silent:
+            transport.abort()
+        listener.close()

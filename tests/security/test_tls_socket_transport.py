@@ -415,3 +415,30 @@ async def test_data_that_came_with_the_handshakes_last_flight_is_delivered_witho
         assert bytes(protocol.received) == b"early"
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("given", [True, False], ids=["given", "asked"])
+async def test_the_transport_reports_the_addresses_its_opener_already_had(certs: Certs, given: bool) -> None:
+    """``open_tls(addresses=...)``: a caller that asked the socket already (the HBONE ends do) hands its answer on,
+    and the transport reports it rather than asking the socket again; without it, the socket's own."""
+    client_sock, server_sock = await tcp_pair()
+    peer, local = client_sock.getpeername(), client_sock.getsockname()
+    # Distinct from the socket's own when given: the transport must report what it was handed, not ask again.
+    addresses = (("198.18.0.9", 15008), ("198.18.0.8", 40000)) if given else None
+    server = Sink()
+    serving = asyncio.get_running_loop().create_task(served(certs, server_sock, server))
+    context = certs.client.client_context(read_ahead=READ_AHEAD_BUFFER)
+    transport, _ = await open_tls(
+        Sink, client_sock, context, server_side=False, handshake_timeout=5, addresses=addresses
+    )
+    server_transport = await serving
+    try:
+        expected = addresses if addresses is not None else (peer, local)
+        assert (transport.get_extra_info("peername"), transport.get_extra_info("sockname")) == expected
+        # The rest of asyncio's extra information is what the SSLSocket says.
+        tls = transport.get_extra_info("ssl_object")
+        assert transport.get_extra_info("sslcontext") is context is tls.context
+        assert transport.get_extra_info("cipher") == tls.cipher() is not None
+    finally:
+        transport.abort()
+        server_transport.abort()

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from ambit.hbone import (
     AuthorityError,
+    HboneClientConnection,
     HboneError,
     connect_headers,
     decode_baggage,
@@ -17,6 +18,7 @@ from ambit.hbone import (
     new_traceparent,
     parse_authority,
 )
+from ambit.hbone.headers import _DOTTED_DIGITS
 
 
 @pytest.mark.parametrize(
@@ -164,3 +166,19 @@ def test_remembered_ipv4_authorities_parse_the_same_and_bad_ones_are_refused_eve
         assert parse_authority("198.18.200.7:8080") == ("198.18.200.7", 8080)
         with pytest.raises(AuthorityError):
             parse_authority("198.18.200.256:8080")
+
+
+def _old_ipv4_shape(host: str) -> bool:
+    """The IPv4 test ``parse_authority`` ran before it became one regex match."""
+    return bool(host) and all(part.isdigit() and part.isascii() for part in host.split("."))
+
+
+@given(st.one_of(st.text(), st.from_regex(r"[0-9.\n]{0,20}", fullmatch=True), st.text(alphabet="0123456789.٣²")))
+def test_the_ipv4_shape_is_the_same_as_the_per_part_test(host: str) -> None:
+    assert (_DOTTED_DIGITS.fullmatch(host) is not None) == _old_ipv4_shape(host)
+
+
+@pytest.mark.parametrize("value", ["a\rb", "a\nb", "a\0b", "\r", "x\n", "\0"])
+def test_a_connect_header_value_with_cr_lf_or_nul_is_refused(value: str) -> None:
+    with pytest.raises(HboneError, match="CR, LF or NUL"):
+        HboneClientConnection().open_tunnel("198.18.0.7:80", [("x-a", value)])

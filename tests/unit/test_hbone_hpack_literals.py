@@ -52,3 +52,30 @@ def test_after_the_peer_shrinks_its_table_the_next_block_opens_with_the_size_upd
     assert Decoder().decode(block, raw=True)[:2] == [(b":method", b"CONNECT"), (b":authority", b"198.18.200.7:8080")]
     client.open_tunnel("198.18.200.7:8081")
     assert client.data_to_send()[9] != 0x20  # only once
+
+
+def _reference_encode(fields: list[tuple[str, str]]) -> bytes:
+    """The block as §6.1 / §6.2.2 spell it, every integer through ``integer`` (what ``encode`` did before its
+    one-octet cases were inlined)."""
+    out = b""
+    for name, value in fields:
+        raw_name, raw_value = name.encode(), value.encode()
+        index = hpack_literals._FIELD_INDEX.get((raw_name, raw_value))
+        if index is not None:
+            out += hpack_literals.integer(index, 7, 0x80)
+            continue
+        index = hpack_literals._NAME_INDEX.get(raw_name)
+        if index is not None:
+            out += hpack_literals.integer(index, 4, 0x00)
+        else:
+            out += b"\x00" + hpack_literals.integer(len(raw_name), 7, 0) + raw_name
+        out += hpack_literals.integer(len(raw_value), 7, 0) + raw_value
+    return out
+
+
+_STATIC_NAMES = st.sampled_from(sorted({name.decode() for name, _ in hpack_literals._STATIC}))
+
+
+@given(st.lists(st.tuples(st.one_of(_NAME, _STATIC_NAMES), st.one_of(_VALUE, st.text(min_size=120, max_size=400)))))
+def test_a_block_is_the_octets_the_integer_rules_spell(fields: list[tuple[str, str]]) -> None:
+    assert hpack_literals.encode(fields) == _reference_encode(fields)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from ambit.errors import AmbitError
 from ambit.model.identity import DEFAULT_TRUST_DOMAIN, IdentityError, SpiffeId
-from ambit.model.workload import Workload
+from ambit.model.workload import IDENTITIES_CACHED, Workload, _identity
 
 trust_domains = st.from_regex(r"[a-z0-9._-]{1,40}", fullmatch=True)
 segments = st.from_regex(r"[A-Za-z0-9._-]{1,40}", fullmatch=True).filter(lambda s: s not in {".", ".."})
@@ -117,6 +117,27 @@ def test_a_workload_identity_uses_its_trust_domain_namespace_and_service_account
 def test_a_workload_with_empty_proto3_defaults_gets_the_mesh_defaults() -> None:
     workload = Workload("uid", "web-0", "apps", (), trust_domain="", service_account="")
     assert str(workload.identity) == "spiffe://cluster.local/ns/apps/sa/default"
+
+
+def test_workloads_of_one_identity_share_one_checked_id() -> None:
+    first = Workload("uid-1", "web-0", "apps", (), trust_domain="td", service_account="web")
+    second = Workload("uid-2", "web-1", "apps", (), trust_domain="td", service_account="web")
+    assert first.identity is second.identity  # made and checked once, not per connection
+    assert first.identity == SpiffeId("td", "apps", "web")
+
+
+def test_a_workload_whose_parts_make_no_id_raises_each_time() -> None:
+    workload = Workload("uid", "web-0", "Bad Namespace", (), trust_domain="td", service_account="web")
+    for _ in range(2):  # nothing cached for it
+        with pytest.raises(IdentityError):
+            _ = workload.identity
+
+
+def test_the_workload_identity_cache_is_bounded() -> None:
+    for i in range(IDENTITIES_CACHED + 100):
+        workload = Workload(f"uid-{i}", "web-0", f"ns-{i}", (), trust_domain="td", service_account="web")
+        assert workload.identity == SpiffeId("td", f"ns-{i}", "web")
+    assert _identity.cache_info().currsize <= IDENTITIES_CACHED
 
 
 @given(spiffe_ids)

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 from pool_fakes import KEY, OTHER_KEY, Clock, Dialer, FakeConnection, settle
 
+from ambit.proxy import pool as pool_module
 from ambit.proxy.hbone_client import TunnelRefusedError
 from ambit.proxy.hbone_stream import ConnectionLostError
 from ambit.proxy.pool import ConnectionPool, PoolClosedError
@@ -168,3 +169,66 @@ async def test_a_closed_pool_closes_its_connections_and_refuses_opens(pool: Conn
     assert stream.connection.closed
     with pytest.raises(PoolClosedError):
         await pool.open_tunnel(KEY, "10.0.0.1:80", [], dialer)
+
+
+class _CountingConnection(FakeConnection):
+    """Counts how often the pool asks whether it is alive and free (``available``)."""
+
+    asked = 0
+
+    @property
+    def available(self) -> bool:
+        type(self).asked += 1
+        return not self.closed and self.streams < self.capacity
+
+
+async def test_a_connection_at_the_pools_stream_limit_is_passed_over_without_asking_more(clock: Clock) -> None:
+    """Under a cold load (one stream per connection) every busy connection of the key is passed over on its stream
+    count alone; only a connection with a free slot is asked whether it can take one (and the choice is the same)."""
+    pool = ConnectionPool(idle_timeout=0.0, clock=clock, max_streams=1)
+    made: list[_CountingConnection] = []
+
+    async def dial() -> _CountingConnection:
+        made.append(_CountingConnection(clock, f"conn{len(made)}"))
+        return made[-1]
+
+    streams = [await pool.open_tunnel(KEY, "10.0.0.1:80", [], dial) for _ in range(5)]
+    assert len(made) == 5 and all(c.streams == 1 for c in made)
+    _CountingConnection.asked = 0
+    streams.append(await pool.open_tunnel(KEY, "10.0.0.1:80", [], dial))  # all five busy: a sixth dial
+    assert len(made) == 6
+    assert _CountingConnection.asked == 1  # the new connection only, none of the five at their limit
+    assert {s.connection for s in streams} == set(made)
+
+
+async def test_every_dial_of_a_key_runs_in_a_task_named_after_the_key(pool: ConnectionPool, dialer: Dialer) -> None:
+    """The name is made at the key's first dial and kept with its bucket: the same text for every later dial."""
+    dialer.capacity = 1
+    names: list[str] = []
+
+    async def dial() -> FakeConnection:
+        task = asyncio.current_task()
+        assert task is not None
+        names.append(task.get_name())
+        return await dialer()
+
+    for _ in range(3):
+        await pool.open_tunnel(KEY, "10.0.0.1:80", [], dial)
+    assert len(dialer.made) == 3
+    assert names == [f"hbone dial {KEY}"] * 3
+
+
+async def test_a_key_gets_one_bucket_however_many_tunnels_it_opens(
+    pool: ConnectionPool, dialer: Dialer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made: list[object] = []
+
+    class CountedBucket(pool_module._Bucket):
+        def __init__(self) -> None:
+            super().__init__()
+            made.append(self)
+
+    monkeypatch.setattr(pool_module, "_Bucket", CountedBucket)
+    for _ in range(3):
+        await pool.open_tunnel(KEY, "10.0.0.1:80", [], dialer)
+    assert len(made) == 1  # made for the key's first open, found by the others

@@ -44,7 +44,7 @@ class HboneClientConnection(HboneConnection):
         for name, value in headers:
             if not _FIELD_NAME.fullmatch(name) or name in _CONNECTION_SPECIFIC:
                 raise HboneError(f"header name {name!r} is not allowed in an HBONE CONNECT")
-            if any(c in value for c in "\r\n\0"):
+            if "\r" in value or "\n" in value or "\0" in value:
                 raise HboneError(f"header {name!r} has a value with CR, LF or NUL")
         if not self.can_open_tunnel:
             raise HboneError("cannot open a tunnel: the connection is closed, draining or at its stream limit")

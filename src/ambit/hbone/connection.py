@@ -96,6 +96,7 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -136,6 +137,8 @@ MAX_EMPTY_DATA = 10
 """Empty DATA frames without END_STREAM in a row before GOAWAY ENHANCE_YOUR_CALM (rule D; Envoy allows 1, we allow
 a few for stacks that flush empty frames)."""
 """CONTINUATION frames in one header block (rule C): a 128 KiB block in the smallest frames HTTP/2 allows needs 8."""
+_OPENINGS_CACHED = 16
+"""Distinct (settings, side) pairs whose opening bytes are kept (:func:`_opening`)."""
 _SETTINGS_ACK = wire.frame(wire.SETTINGS, wire.ACK, 0)
 """Shared, not built per ACK: a SETTINGS flood then costs our output list a pointer per frame."""
 _ENCODER_TABLE = 4096
@@ -180,6 +183,33 @@ class HboneSettings:
             raise HboneError(f"invalid HBONE settings ({', '.join(problems)}): {self}")
 
 
+@functools.lru_cache(maxsize=_OPENINGS_CACHED)
+def _opening(settings: HboneSettings, client_side: bool) -> bytes:
+    """What a connection with ``settings`` sends first: the client's preface, our SETTINGS, and the WINDOW_UPDATE
+    that raises the connection's receive window; after :meth:`HboneSettings.check` (an invalid value raises, and
+    nothing is cached for it).
+
+    A pure function of the (frozen) settings and the side, built once per value rather than per connection: a
+    process has a handful of settings values, all from its own configuration (none from a peer), and the cache is
+    bounded all the same."""
+    settings.check()
+    values = [
+        (wire.HEADER_TABLE_SIZE, 4096),
+        (wire.MAX_CONCURRENT_STREAMS, settings.max_concurrent_streams),
+        (wire.INITIAL_WINDOW_SIZE, settings.stream_window),
+        (wire.MAX_FRAME_SIZE, settings.max_frame_size),
+        (wire.MAX_HEADER_LIST_SIZE, _MAX_HEADER_LIST),
+    ]
+    parts = []
+    if client_side:
+        parts.append(wire.PREFACE)
+        values.insert(1, (wire.ENABLE_PUSH, 0))
+    parts.append(wire.settings_frame(values))
+    if settings.connection_window > wire.DEFAULT_WINDOW:
+        parts.append(wire.window_update(0, settings.connection_window - wire.DEFAULT_WINDOW))
+    return b"".join(parts)
+
+
 class _Stream:
     """Our side of one stream: the outbound queue, both windows, and which halves are closed."""
 
@@ -222,15 +252,14 @@ class HboneConnection:
     """GOAWAY(NO_ERROR) lets the streams in flight finish (see the module docstring); else it ends them all."""
 
     def __init__(self, settings: HboneSettings = HboneSettings()) -> None:
-        settings.check()
+        opening = _opening(settings, self._client_side)  # checks the settings (raises HboneError), once per value
         self._settings = settings
         self._out: list[bytes | memoryview] = []
         self.outgoing = self._out
         """What ``data_to_send`` will return, unjoined (the same list, never rebound): the shell tests it for
         emptiness instead of calling ``data_to_send`` for nothing."""
         self._buf = bytearray()  # the start of a frame that has not fully arrived
-        self._encoder = Encoder()
-        self._encoder.header_table_size = _ENCODER_TABLE
+        self._hpack_encoder: Encoder | None = None  # made when first needed: see ``_encoder``
         self._decoder = Decoder(max_header_list_size=_MAX_HEADER_LIST)
         self._streams: dict[int, _Stream] = {}
         self._blocked: dict[int, None] = {}  # ordered set: streams with data waiting for a window
@@ -263,19 +292,19 @@ class HboneConnection:
         self._data_stream = 0
         self._data_deliver = False
         self._data_end = False
-        values = [
-            (wire.HEADER_TABLE_SIZE, 4096),
-            (wire.MAX_CONCURRENT_STREAMS, settings.max_concurrent_streams),
-            (wire.INITIAL_WINDOW_SIZE, settings.stream_window),
-            (wire.MAX_FRAME_SIZE, settings.max_frame_size),
-            (wire.MAX_HEADER_LIST_SIZE, _MAX_HEADER_LIST),
-        ]
-        if self._client_side:
-            self._out.append(wire.PREFACE)
-            values.insert(1, (wire.ENABLE_PUSH, 0))
-        self._out.append(wire.settings_frame(values))
-        if settings.connection_window > wire.DEFAULT_WINDOW:
-            self._out.append(wire.window_update(0, settings.connection_window - wire.DEFAULT_WINDOW))
+        self._out.append(opening)
+
+    @property
+    def _encoder(self) -> Encoder:
+        """Our HPACK encoder, made on first need. The HBONE ends (``_literal_headers``) need it only once a peer's
+        SETTINGS changes the table size (the next block must say so, RFC 7541 §4.2), which our own peers never do:
+        so most of their connections never make one. Until made, it is as a fresh one would be: an empty table of
+        ``_ENCODER_TABLE`` octets, not resized."""
+        encoder = self._hpack_encoder
+        if encoder is None:
+            encoder = self._hpack_encoder = Encoder()
+            encoder.header_table_size = _ENCODER_TABLE
+        return encoder
 
     # --- the byte interface ---------------------------------------------------------------------------------
 
@@ -780,7 +809,11 @@ class HboneConnection:
             raise HboneProtocolError(wire.FRAME_SIZE_ERROR, "SETTINGS payload is not a multiple of 6 octets")
         for key, value in wire.parse_settings(bytes(payload)):
             if key == wire.HEADER_TABLE_SIZE:
-                self._encoder.header_table_size = min(value, _ENCODER_TABLE)
+                size = min(value, _ENCODER_TABLE)
+                # Setting a fresh encoder's own size changes nothing (its table stays empty, not resized): the
+                # encoder is made only for a size that differs, or kept up to date once it exists.
+                if self._hpack_encoder is not None or size != _ENCODER_TABLE:
+                    self._encoder.header_table_size = size
             elif key == wire.ENABLE_PUSH:
                 if value > 1 or (value == 1 and self._client_side):
                     raise HboneProtocolError(wire.PROTOCOL_ERROR, f"SETTINGS_ENABLE_PUSH {value}")
@@ -834,7 +867,8 @@ class HboneConnection:
         # Literal strings, not Huffman-coded: hpack's pure-Python Huffman coder cost 26 µs per CONNECT here and 16 µs
         # more to decode on the far side, to save about 30 octets. With ``_literal_headers`` nothing is indexed, except
         # in a block that must carry a table size update (RFC 7541 §4.2), which the stateful encoder writes.
-        if self._literal_headers and not self._encoder.header_table.resized:
+        encoder = self._hpack_encoder
+        if self._literal_headers and (encoder is None or not encoder.header_table.resized):
             block = hpack_literals.encode(fields)
         else:
             block = hpack_blocks.encode(self._encoder, fields)

@@ -23,6 +23,9 @@ from ambit.hbone.errors import AuthorityError, HboneError
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?", re.IGNORECASE)
 _PORT = re.compile(r"[1-9][0-9]{0,4}")
+_DOTTED_DIGITS = re.compile(r"[0-9]+(?:\.[0-9]+)*")
+"""What an IPv4 literal is made of: dot-separated runs of ASCII digits, none empty (one regex match per tunnel, not
+a Python generator over the parts)."""
 _MAX_AUTHORITY = 300
 # Characters left bare in baggage values: W3C baggage-octet minus '%' (which introduces an escape).
 _BAGGAGE_SAFE = "!#$&'()*+-./:<=>?@[]^_`{|}~"
@@ -111,7 +114,7 @@ def parse_authority(authority: str) -> tuple[str, int]:
             return str(ipaddress.IPv6Address(host[1:-1])), port
         except ValueError:
             raise AuthorityError(f"authority {authority!r} has an invalid IPv6 literal") from None
-    if host and all(part.isdigit() and part.isascii() for part in host.split(".")):
+    if _DOTTED_DIGITS.fullmatch(host):
         try:
             return _normal_ipv4(host), port
         except ValueError:

@@ -116,7 +116,11 @@ def _read_string(block: bytes, at: int) -> tuple[bytes, int]:
     if at >= len(block):
         raise HPACKDecodingError("truncated header block")
     huffman = block[at] & 0x80
-    length, at = _read_integer(block, at, 7)
+    length = block[at] & 0x7F
+    if length < 0x7F:  # ``_read_integer``'s one-octet case, inline (a Python call per string fewer)
+        at += 1
+    else:
+        length, at = _read_integer(block, at, 7)
     end = at + length
     if end > len(block):
         raise HPACKDecodingError("truncated header block")
@@ -144,7 +148,11 @@ def decode(decoder: Decoder, block: bytes) -> list[tuple[bytes, bytes]]:
     while at < end:
         first = block[at]
         if first & 0x80:  # indexed field (§6.1)
-            index, at = _read_integer(block, at, 7)
+            index = first & 0x7F
+            if index < 0x7F:  # ``_read_integer``'s one-octet case, inline (a Python call per field fewer)
+                at += 1
+            else:
+                index, at = _read_integer(block, at, 7)
             field = _entry(table, index)
         elif first & 0x40 or not first & 0x20:  # a literal (§6.2)
             prefix = 6 if first & 0x40 else 4

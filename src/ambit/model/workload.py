@@ -23,6 +23,7 @@ Invariants:
 from __future__ import annotations
 
 import enum
+import functools
 import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -324,11 +325,24 @@ class Workload:
     @property
     def identity(self) -> SpiffeId:
         """``spiffe://<trust domain>/ns/<namespace>/sa/<service account>``, empty parts taking the defaults."""
-        return SpiffeId(
+        return _identity(
             self.trust_domain or DEFAULT_TRUST_DOMAIN,
             self.namespace,
             self.service_account or DEFAULT_SERVICE_ACCOUNT,
         )
+
+
+IDENTITIES_CACHED = 4096
+"""Workload identities kept made (:func:`_identity`): a node's outbound connections ask for them per connection."""
+
+
+@functools.lru_cache(maxsize=IDENTITIES_CACHED)
+def _identity(trust_domain: str, namespace: str, service_account: str) -> SpiffeId:
+    """The :class:`SpiffeId` of these parts, checked once rather than per connection (an outbound connection asks
+    its destination workload's, for the names its peer may carry). ``SpiffeId`` is immutable, so one instance
+    serves every caller; parts that do not make one raise each time (nothing is cached for them). The parts come
+    from the control plane's workloads, never from a peer, and the cache is bounded all the same."""
+    return SpiffeId(trust_domain, namespace, service_account)
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,7 +37,7 @@ from ambit.proxy.revocation import PeerRevokedError, RevocationManager
 from ambit.telemetry.metrics import Reporter
 from ambit.tls.contexts import verified_chain
 from ambit.tls.errors import PeerIdentityError
-from ambit.tls.socket_transport import READ_AHEAD_BUFFER, TlsTransportKind, open_tls
+from ambit.tls.socket_transport import READ_AHEAD_BUFFER, Addresses, TlsTransportKind, open_tls
 
 if TYPE_CHECKING:
     from ambit.tls.workload import WorkloadCertificate
@@ -91,10 +91,17 @@ class HboneClient:
         aborted if a later CRL revokes it (:mod:`ambit.proxy.revocation`). ``tls_transport`` picks the event loop's
         TLS transport or TLS on the socket itself (:mod:`ambit.tls.socket_transport`)."""
         loop = asyncio.get_running_loop()
+        addresses: Addresses | None = None  # asked once, here: the TLS transport takes them
         try:
-            peer_name = hostport(*sock.getpeername()[:2])
+            peer_address = sock.getpeername()
         except OSError:
             peer_name = "?"
+        else:
+            peer_name = hostport(*peer_address[:2])
+            try:  # noqa: SIM105 - per connection: contextlib.suppress is three Python calls more
+                addresses = (peer_address, sock.getsockname())
+            except OSError:  # the transport asks again, and says what it finds
+                pass
         core = HboneClientConnection(settings) if settings is not None else HboneClientConnection()
         session = HboneSession(core, name=f"hbone client {cert.identity} -> {peer_name}", clock=clock)
         try:
@@ -106,6 +113,7 @@ class HboneClient:
                     cert.client_context(read_ahead=READ_AHEAD_BUFFER),
                     server_side=False,
                     handshake_timeout=timeout,
+                    addresses=addresses,
                 )
             else:
                 transport, _ = await loop.create_connection(
@@ -129,11 +137,8 @@ class HboneClient:
             if revocation is not None:
                 _track(revocation, transport, session, peer, peer_name)
             session.release()  # the HTTP/2 preface, only now that we know whom we talk to
-            try:
-                async with asyncio.timeout(timeout):
-                    await session.heard_from_peer.wait()
-            except TimeoutError:
-                raise HboneConnectError(f"{peer_name} sent no HTTP/2 settings", ResponseFlag.CONNECT_FAILURE) from None
+            if not await _heard_within(session, timeout):
+                raise HboneConnectError(f"{peer_name} sent no HTTP/2 settings", ResponseFlag.CONNECT_FAILURE)
             if session.transport is None or session.terminated is not None:
                 raise HboneConnectError(
                     f"{peer_name} closed the connection after the handshake (did it refuse our certificate?)",
@@ -215,6 +220,28 @@ class HboneClient:
 
     def __repr__(self) -> str:
         return f"<HboneClient {self._session.name} streams={self.active_streams}>"
+
+
+async def _heard_within(session: HboneSession, timeout: float) -> bool:  # noqa: ASYNC109
+    """Whether the peer spoke (or the connection was lost) within ``timeout`` seconds: one timer and one future, not
+    ``asyncio.timeout`` around an ``Event``'s wait (Python objects and frames per connection)."""
+    heard = session.heard_from_peer
+    if heard.done():
+        return True
+    waiter: asyncio.Future[None] = session.loop.create_future()
+
+    def wake(_: object = None) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    heard.add_done_callback(wake)
+    timer = session.loop.call_later(timeout, wake)
+    try:
+        await waiter
+    finally:
+        timer.cancel()
+        heard.remove_done_callback(wake)
+    return heard.done()
 
 
 def _track(

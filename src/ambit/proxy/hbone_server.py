@@ -69,7 +69,7 @@ from ambit.proxy.revocation import RevocationManager, Tracked
 from ambit.telemetry.metrics import Reporter
 from ambit.tls.contexts import verified_chain
 from ambit.tls.errors import PeerIdentityError
-from ambit.tls.socket_transport import READ_AHEAD_BUFFER, TlsTransportKind, open_tls
+from ambit.tls.socket_transport import READ_AHEAD_BUFFER, Addresses, TlsTransportKind, open_tls
 
 if TYPE_CHECKING:
     from ambit.tls.workload import WorkloadCertificate
@@ -77,6 +77,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _REFUSED_STREAM = 0x7  # HTTP/2 REFUSED_STREAM: not processed, the client may retry
+_DEFAULT_LIVENESS = LivenessSettings()
+"""The deadlines of a connection served without a listener's (frozen: one instance serves them all)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +169,8 @@ class HboneServer:
         ticket: Ticket | None = None,
         liveness: LivenessSettings | None = None,
         tls_transport: TlsTransportKind = "loop",
+        find_cert: Callable[[], WorkloadCertificate | None] | None = None,
+        addresses: Addresses | None = None,
     ) -> None:
         """Run the connection on ``sock`` (which we own) until it is done and every handler has returned.
 
@@ -176,8 +180,12 @@ class HboneServer:
         aborted if a later CRL revokes it (:mod:`ambit.proxy.revocation`). When ``drain`` is raised the connection
         says a graceful GOAWAY (see the module docstring). ``ticket`` (the caller's to release) is made
         established once the client is judged, within ``handshake_timeout`` of the call. ``tls_transport`` picks
-        the event loop's TLS transport or TLS on the socket itself (:mod:`ambit.tls.socket_transport`)."""
-        peer_addr, local_addr = _addresses(sock)
+        the event loop's TLS transport or TLS on the socket itself (:mod:`ambit.tls.socket_transport`).
+
+        ``find_cert`` returns the local certificate when it is at hand without waiting (the certificate manager's
+        ``find``), else None: only then is ``cert_for_local`` awaited, under the deadline. ``addresses``: ``sock``'s
+        (peer, local) addresses as ``getpeername()`` and ``getsockname()`` gave them, when the caller has them."""
+        peer_addr, local_addr = _addresses(sock, addresses)
         name = f"hbone server {local_addr[0]}:{local_addr[1]} <- {peer_addr[0]}:{peer_addr[1]}"
 
         def fail(reason: str) -> None:
@@ -187,13 +195,16 @@ class HboneServer:
 
         loop = asyncio.get_running_loop()
         deadline = loop.time() + handshake_timeout
-        try:
-            async with asyncio.timeout_at(deadline):
-                cert = await cert_for_local()
-        except Exception as exc:  # any failure to get a certificate just drops this one connection
-            sock.close()
-            fail(f"no certificate for the local workload: {str(exc) or type(exc).__name__}")
-            return
+        # The certificate at hand (every connection but a pod's first few) needs no deadline: nothing to wait for.
+        cert = find_cert() if find_cert is not None else None
+        if cert is None:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    cert = await cert_for_local()
+            except Exception as exc:  # any failure to get a certificate just drops this one connection
+                sock.close()
+                fail(f"no certificate for the local workload: {str(exc) or type(exc).__name__}")
+                return
         core = HboneServerConnection(settings) if settings is not None else HboneServerConnection()
         server = cls(core, handler, peer_addr, local_addr, name)
         session = server._session
@@ -210,6 +221,7 @@ class HboneServer:
                         cert.server_context(read_ahead=READ_AHEAD_BUFFER),
                         server_side=True,
                         handshake_timeout=left,
+                        addresses=addresses,
                     )
                 else:
                     transport, _ = await loop.connect_accepted_socket(
@@ -233,7 +245,7 @@ class HboneServer:
             if ticket is not None:
                 ticket.established()
             if liveness is None:
-                liveness = ticket.liveness if ticket is not None else LivenessSettings()
+                liveness = ticket.liveness if ticket is not None else _DEFAULT_LIVENESS
             session.release()
             server._start_timer(liveness)
             unwatch = drain.watch(session.go_away) if drain is not None else None
@@ -362,9 +374,12 @@ def _judge_client(transport: asyncio.BaseTransport, trust_domain: str) -> Spiffe
         raise ProxyError(f"client certificate refused: {exc}") from None
 
 
-def _addresses(sock: socket.socket) -> tuple[tuple[str, int], tuple[str, int]]:
-    try:
-        peer, local = sock.getpeername(), sock.getsockname()
-    except OSError:
-        return ("?", 0), ("?", 0)
+def _addresses(sock: socket.socket, known: Addresses | None) -> tuple[tuple[str, int], tuple[str, int]]:
+    if known is not None:
+        peer, local = known
+    else:
+        try:
+            peer, local = sock.getpeername(), sock.getsockname()
+        except OSError:
+            return ("?", 0), ("?", 0)
     return (str(peer[0]), int(peer[1])), (str(local[0]), int(local[1]))

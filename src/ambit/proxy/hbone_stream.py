@@ -436,7 +436,10 @@ class HboneSession(asyncio.Protocol):
         self.held = held  # until the peer's certificate is judged: nothing is sent, input is only buffered
         self._held_input: list[bytes] = []
         self.terminated: str | None = None  # why no new stream can be used any more
-        self.heard_from_peer = asyncio.Event()  # the peer's first bytes (its SETTINGS) arrived
+        self.loop = asyncio.get_running_loop()
+        self.heard_from_peer: asyncio.Future[None] = self.loop.create_future()
+        """Done once the peer's first bytes (its SETTINGS) arrived, or the connection was lost: a future, not an
+        ``asyncio.Event`` (a Python object and a coroutine per wait), as only the client waits on it, once."""
         self.received_any = False  # ``heard_from_peer`` was set by a read
         self.received = False
         """Set by every arrival of bytes and every drain of our output; the owner's liveness timer clears it (a
@@ -449,7 +452,6 @@ class HboneSession(asyncio.Protocol):
         transport's ``write`` would; None where it cannot (and always without a data path)."""
         self.on_ping_acknowledged: Callable[[], None] | None = None
         """Called when the peer answers the PING the owner sent (``core.ping``)."""
-        self.loop = asyncio.get_running_loop()
         self.lost: asyncio.Future[None] = self.loop.create_future()
         self._on_request = on_request
         self._read_pause = read_pause  # stop reading while writes are paused (the server side)
@@ -472,9 +474,10 @@ class HboneSession(asyncio.Protocol):
         self.transport.set_write_buffer_limits(high=TRANSPORT_HIGH_WATER)
 
     def data_received(self, data: bytes) -> None:
-        if not self.received_any:  # an Event's set() is a Python call: not one per read
+        if not self.received_any:  # not a call per read
             self.received_any = True
-            self.heard_from_peer.set()
+            if not self.heard_from_peer.done():
+                self.heard_from_peer.set_result(None)
         self.received = True
         if self.held:
             # The TLS layer may hand us the peer's first bytes before the handshake's waiter has run.
@@ -501,7 +504,8 @@ class HboneSession(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._terminate(f"connection lost: {exc}" if exc else "connection closed")
-        self.heard_from_peer.set()
+        if not self.heard_from_peer.done():
+            self.heard_from_peer.set_result(None)
         self.transport = None
         # The data path holds this session (and its core): dropped here, the session is freed by its last reference
         # rather than left in a cycle for the collector. Nothing can be sent any more (its send would say so).
@@ -556,7 +560,7 @@ class HboneSession(asyncio.Protocol):
 
     def flush(self) -> None:
         """Write what the core has to send, if the transport is still open (and not held)."""
-        if self.held:
+        if self.held or not self.core.outgoing:  # nothing to send: no call to join nothing
             return
         data = self.core.data_to_send()
         if data and self.transport is not None and not self.transport.is_closing():

@@ -146,12 +146,16 @@ async def serve_hbone(ctx: ProxyContext, pod: LocalPod, sock: socket.socket, tic
 
     ``ticket`` is the connection's place at its listener (:mod:`ambit.proxy.admission`; the caller releases it):
     its handshake is bounded by the listener's timeout, and it is established once the client is judged."""
-    local_ip = sock.getsockname()[0]
-    peer = sock.getpeername()[:2]  # an IPv6 peer comes with its flow label and scope too
+    local_name, peer_name = sock.getsockname(), sock.getpeername()  # asked once: the server and its TLS take them
+    local_ip = local_name[0]
+    peer = peer_name[:2]  # an IPv6 peer comes with its flow label and scope too
     hbone_peer = _HbonePeer(local_ip, peer[0], peer[1], parse_ip(peer[0]), sys.intern(hostport(peer[0], peer[1])))
 
     async def certificate() -> WorkloadCertificate:
         return await ctx.certs.fetch(pod.identity)
+
+    def certificate_at_hand() -> WorkloadCertificate | None:
+        return ctx.certs.find(pod.identity)
 
     def handle(request: InboundRequest, responder: TunnelResponder) -> Coroutine[Any, Any, Splice | None]:
         return _serve_tunnel(ctx, pod, hbone_peer, request, responder)  # no wrapper frame per tunnel
@@ -168,6 +172,8 @@ async def serve_hbone(ctx: ProxyContext, pod: LocalPod, sock: socket.socket, tic
                 ticket=ticket,
                 handshake_timeout=DEFAULT_HANDSHAKE_TIMEOUT if ticket is None else ticket.handshake_timeout,
                 tls_transport=ctx.settings.tls_transport,
+                find_cert=certificate_at_hand,
+                addresses=(peer_name, local_name),
             )
         except (AmbitError, OSError, ssl.SSLError) as exc:
             log.info("pod %s: HBONE connection from %s failed: %s", pod.uid, hostport(*peer), exc)

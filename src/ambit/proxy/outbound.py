@@ -251,7 +251,9 @@ async def _resolve_endpoint(ctx: ProxyContext, plan: Plain, like: IPAddress) -> 
 async def _open_tunnel(
     ctx: ProxyContext, pod: LocalPod, peer: tuple[str, int], peer_addr: str, plan: Tunnel
 ) -> HboneStream:
-    cert = await ctx.certs.fetch(pod.identity)
+    cert = ctx.certs.find(pod.identity)  # at hand (the common case): no coroutine to make and run
+    if cert is None:
+        cert = await ctx.certs.fetch(pod.identity)
     service = plan.destination.service
     headers = connect_headers(forwarded_for=peer_addr, host=service.hostname if service else None)
 

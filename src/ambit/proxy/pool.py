@@ -102,6 +102,8 @@ class _Bucket:
     dials: list[_Dial] = field(default_factory=list)
     used: set[PooledConnection] = field(default_factory=set)
     """Connections of ``connections`` the pool has handed out for a stream (zero idle timeout only)."""
+    dial_name: str = ""
+    """The name of this key's dial tasks, made at its first dial (a key's text is several Python calls)."""
 
     def keep(self, connections: list[PooledConnection]) -> None:
         self.connections = connections
@@ -217,12 +219,17 @@ class ConnectionPool:
         while True:
             if self._closed:
                 raise PoolClosedError("the connection pool is closed")
-            bucket = self._buckets.setdefault(key, _Bucket())
+            bucket = self._buckets.get(key)
+            if bucket is None:  # not ``setdefault(key, _Bucket())``: that makes a bucket per call, kept or not
+                bucket = self._buckets[key] = _Bucket()
             bucket.keep([c for c in bucket.connections if not c.closed])
             if self._idle_timeout == 0:
                 self._close_used_idle(bucket)
+            max_streams = self._max_streams
             for connection in bucket.connections:
-                if connection.available and connection.active_streams < self._max_streams:
+                # The stream count first: it is the cheaper question, and under a cold load (one stream per
+                # connection) it rules out every busy connection without asking whether it is alive.
+                if connection.active_streams < max_streams and connection.available:
                     if self._idle_timeout == 0:
                         bucket.used.add(connection)
                     return connection
@@ -243,7 +250,9 @@ class ConnectionPool:
         async def run() -> PooledConnection:
             return await dial()
 
-        task = loop.create_task(run(), name=f"hbone dial {key}")
+        if not bucket.dial_name:
+            bucket.dial_name = f"hbone dial {key}"
+        task = loop.create_task(run(), name=bucket.dial_name)
         self._dial_tasks.add(task)
 
         def finished(task: asyncio.Task[PooledConnection]) -> None:

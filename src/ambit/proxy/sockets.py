@@ -102,17 +102,18 @@ def _new_tcp_socket(family: socket.AddressFamily, mark: int | None) -> socket.so
     return sock
 
 
-def _make_transparent(sock: socket.socket) -> None:
-    if sock.family == socket.AF_INET6:
+def _make_transparent(sock: socket.socket, family: socket.AddressFamily) -> None:
+    if family == socket.AF_INET6:
         sock.setsockopt(socket.IPPROTO_IPV6, IPV6_TRANSPARENT, 1)
     else:
         sock.setsockopt(socket.SOL_IP, IP_TRANSPARENT, 1)
 
 
-def _configured(sock: socket.socket, transparent: bool) -> socket.socket:
+def _configured(sock: socket.socket, transparent: bool, family: socket.AddressFamily) -> socket.socket:
+    """``sock`` (of ``family``, which the caller knows: ``sock.family`` is an enum made per read) made ready."""
     try:
         if transparent:
-            _make_transparent(sock)
+            _make_transparent(sock, family)
     except OSError as exc:
         sock.close()
         raise SocketFactoryError(f"cannot make a transparent socket: {exc.strerror}") from exc
@@ -132,7 +133,7 @@ class HostSocketFactory:
             sock = _new_tcp_socket(family, self._mark)
         except OSError as exc:
             raise SocketFactoryError(f"cannot create a socket: {exc.strerror}") from exc
-        return _configured(sock, transparent)
+        return _configured(sock, transparent, family)
 
     async def udp_socket(self, *, family: socket.AddressFamily = socket.AF_INET) -> socket.socket:
         try:
@@ -224,8 +225,10 @@ class NetnsSocketFactory:
         sock: socket.socket | None = None
         pool = self._pools.get(family)
         if pool is not None:
-            with contextlib.suppress(IndexError):
+            try:  # noqa: SIM105 - per connection: contextlib.suppress is three Python calls more
                 sock = pool.popleft()
+            except IndexError:  # none spare (the factory's thread may empty the pool as it stops)
+                pass
         future: asyncio.Future[socket.socket] | None = None
         if sock is None:  # the slow way: asked first, so the thread answers before it refills
             future = self._loop.create_future()
@@ -236,7 +239,7 @@ class NetnsSocketFactory:
         if future is not None:
             sock = await future
         assert sock is not None
-        return _configured(sock, transparent)
+        return _configured(sock, transparent, family)
 
     async def udp_socket(self, *, family: socket.AddressFamily = socket.AF_INET) -> socket.socket:
         """A marked UDP socket in the pod's netns (no pool: made by the thread on request)."""
@@ -370,8 +373,10 @@ async def connect(
         if source_ip is not None:
             # The port is chosen at connect() from the whole 4-tuple, not at bind() from the ports free for any
             # destination: a busy client's many connections (and their TIME_WAITs) do not exhaust the range.
-            with contextlib.suppress(OSError):
+            try:  # noqa: SIM105 - per connection: contextlib.suppress is three Python calls more
                 sock.setsockopt(socket.IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, 1)
+            except OSError:  # an older kernel: bind() picks the port then
+                pass
             sock.bind((source_ip, 0))
         err = sock.connect_ex(address)
         if err != 0:
@@ -436,13 +441,14 @@ def original_dst(sock: socket.socket) -> tuple[str, int] | None:
     A connection that arrived without NAT (a TPROXY rule, or a direct connection) has its destination as its local
     address: callers that can take one fall back to ``getsockname()``.
     """
-    if sock.family == socket.AF_INET6:
+    family = sock.family  # an enum made from the socket's number on every read: read once
+    if family == socket.AF_INET6:
         level, size = socket.IPPROTO_IPV6, SOCKADDR_IN6_SIZE
     else:
         level, size = socket.SOL_IP, SOCKADDR_IN_SIZE
     try:
         raw = sock.getsockopt(level, SO_ORIGINAL_DST, size)  # IP6T_SO_ORIGINAL_DST has the same number, 80
-        return decode_sockaddr(raw, sock.family)
+        return decode_sockaddr(raw, family)
     except (OSError, SockaddrError):
         return None
 

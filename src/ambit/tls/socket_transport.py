@@ -68,6 +68,8 @@ SHUTDOWN_TIMEOUT = 30.0
 """Seconds ``close()`` waits for the peer's own close once ours is sent (asyncio's default, too)."""
 
 _P = TypeVar("_P", bound=asyncio.Protocol)
+Addresses = tuple[Any, Any]
+"""A connected socket's (peer, local) addresses, as ``getpeername()`` and ``getsockname()`` return them."""
 
 
 async def open_tls(
@@ -77,12 +79,15 @@ async def open_tls(
     *,
     server_side: bool,
     handshake_timeout: float,
+    addresses: Addresses | None = None,
 ) -> tuple[TlsSocketTransport, _P]:
     """Run the TLS handshake on the connected ``sock`` (ours from now on: closed on failure) within
     ``handshake_timeout`` seconds of the call, then connect a protocol from ``protocol_factory`` to it.
 
     Raises what the handshake raised (``ssl.SSLError``, ``OSError``) or ``TimeoutError``. A client sends no SNI.
-    A ``context`` made with ``read_ahead=READ_AHEAD_BUFFER`` spares each connection the turning on of read-ahead."""
+    A ``context`` made with ``read_ahead=READ_AHEAD_BUFFER`` spares each connection the turning on of read-ahead.
+    ``addresses``: ``sock``'s (peer, local) addresses as ``getpeername()`` and ``getsockname()`` returned them, when
+    the caller asked already (the transport's ``peername`` and ``sockname``: two system calls fewer)."""
     loop = asyncio.get_running_loop()
     has_pending: Callable[[], int] | None = None
     try:
@@ -115,11 +120,14 @@ async def open_tls(
     if tls_records is not None and records is not None:
         from ambit.tls.native_transport import NativeTlsSocketTransport  # it subclasses ours
 
-        return NativeTlsSocketTransport(loop, tls, protocol, tls_records, records, reading=reading), protocol
+        transport: TlsSocketTransport = NativeTlsSocketTransport(
+            loop, tls, protocol, tls_records, records, reading=reading, addresses=addresses
+        )
+        return transport, protocol
     if context_reads_ahead:
         # OpenSSL reads ahead on this connection: what it holds must be asked, or else assumed (read to WANT_READ).
         has_pending = pending_probe(tls) or _assume_pending
-    return TlsSocketTransport(loop, tls, protocol, has_pending, reading=reading), protocol
+    return TlsSocketTransport(loop, tls, protocol, has_pending, reading=reading, addresses=addresses), protocol
 
 
 def _assume_pending() -> int:
@@ -218,20 +226,27 @@ class TlsSocketTransport(asyncio.Transport):
         has_pending: Callable[[], int] | None = None,
         *,
         reading: bool = False,
+        addresses: Addresses | None = None,
     ) -> None:
         """``reading``: the descriptor is registered for reading already (by :func:`open_tls`'s handshake); the
-        transport makes that registration its own."""
-        extra: dict[str, Any] = {"socket": tls, "ssl_object": tls, "sslcontext": tls.context}
-        try:
-            extra["peername"], extra["sockname"] = tls.getpeername(), tls.getsockname()
-        except OSError:
-            extra["peername"] = extra["sockname"] = None
-        extra["cipher"] = tls.cipher()  # "peercert": decoded on demand (get_extra_info)
+        transport makes that registration its own. ``addresses``: the socket's (peer, local) addresses, if known."""
+        # The ``_ssl`` object's own context and cipher: ``SSLSocket.context`` and ``cipher()`` only add Python
+        # frames (and a closed check) around them, on a socket just handshaken.
+        sslobj = tls._sslobj  # type: ignore[attr-defined]
+        extra: dict[str, Any] = {"socket": tls, "ssl_object": tls, "sslcontext": sslobj.context}
+        if addresses is not None:
+            extra["peername"], extra["sockname"] = addresses
+        else:
+            try:
+                extra["peername"], extra["sockname"] = tls.getpeername(), tls.getsockname()
+            except OSError:
+                extra["peername"] = extra["sockname"] = None
+        extra["cipher"] = sslobj.cipher()  # "peercert": decoded on demand (get_extra_info)
         super().__init__(extra)
         self._info = extra  # asyncio's _extra, which get_extra_info completes
         self._loop = loop
         self._tls = tls
-        self._sslobj = tls._sslobj  # type: ignore[attr-defined]  # the _ssl object: kept past close, as the SSL *
+        self._sslobj = sslobj  # the _ssl object: kept past close, as the SSL *
         self._fd = tls.fileno()
         self._protocol = protocol
         # The C methods of the ``_ssl`` object itself: ``SSLSocket.recv`` and ``send`` only add Python frames (their
