@@ -6,22 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import ssl
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from tests.harness import free_port  # below the ephemeral range: no outgoing connection takes it first
 
 from ambit.lab import apps
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 async def wait_listening(port: int) -> None:
