@@ -61,7 +61,7 @@ class Mesh:
         self.client_revocation: RevocationManager | None = None
         self.drain = DrainSignal()
         """Raised by a test: the server's connections say GOAWAY, as a draining node proxy's do."""
-        self.tls_transport: TlsTransportKind = "loop"
+        self.tls_transport: TlsTransportKind = "socket"
         """The TLS transport of both ends (a test parametrizes it: the same behaviour holds on each)."""
         self.find_server_cert: Callable[[], WorkloadCertificate | None] | None = None
         """The server's ``find_cert`` (the certificate at hand), or None to await its fetch always."""

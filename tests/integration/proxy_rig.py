@@ -105,7 +105,7 @@ class HbonePair:
     def __init__(self, client_cert: WorkloadCertificate, server_cert: WorkloadCertificate) -> None:
         self.client_cert, self.server_cert = client_cert, server_cert
         self.server_settings: HboneSettings | None = None
-        self.tls_transport: TlsTransportKind = "loop"
+        self.tls_transport: TlsTransportKind = "socket"
         """Both ends' HBONE TLS transport (the record and DATA paths are the process's: ``ambit.native``)."""
         self.handler: Callable[[InboundRequest, TunnelResponder], Awaitable[object]] | None = None
         """When set, the server's handler instead of handing each tunnel to the test (``accepted``)."""

@@ -35,7 +35,18 @@ from ambit.cli.proxy_config import child_argv
 from ambit.observe.proxyconfig import Filters, Section
 
 GOLDEN = Path(__file__).parent.parent / "unit" / "golden" / "proxyconfig" / "dump.json"
-_VOLATILE = {"pem", "serialNumber", "validFrom", "expirationTime", "ageSeconds", "configFile", "id", "key"}
+_VOLATILE = {
+    "pem",
+    "serialNumber",
+    "validFrom",
+    "expirationTime",
+    "ageSeconds",
+    "configFile",
+    "id",
+    "key",
+    "tlsRecords",
+}
+"""``tlsRecords`` names the record path this machine selected (the C extension's file, or Python's)."""
 
 
 def _masked(value: Any, key: str = "") -> Any:

@@ -2,7 +2,8 @@
 
 Why: a prototype with uvloop 0.23 aborted (double free) under connection churn (DESIGN.md §5), so uvloop may only be
 the node proxy's default once this passes. Every test runs the same bounded churn on a fresh loop of each kind
-(through :func:`ambit.inpod.eventloop.run`, exactly as ``ambit nodeproxy`` runs), on loopback with real mutual TLS:
+(through :func:`ambit.inpod.eventloop.run`, exactly as ``ambit nodeproxy`` runs), on loopback with real mutual TLS
+(HBONE on the socket TLS transport, the node proxy's; the abrupt endings on the loop's TLS transport as well):
 
 - HBONE tunnels: a pooled :class:`HboneClient` → :class:`HboneServer` → a local TCP upstream, 50 at a time, ending
   in a clean half-close, a client abort (RST_STREAM) mid-transfer, an upstream reset (TCP RST), or a refusal (503).
@@ -51,6 +52,7 @@ from ambit.proxy.hbone_stream import HboneStream
 from ambit.proxy.pool import ConnectionPool, PoolKey
 from ambit.proxy.sockets import HostSocketFactory, connect
 from ambit.proxy.streams import SocketStream
+from ambit.tls.socket_transport import TLS_TRANSPORTS, TlsTransportKind
 from ambit.tls.workload import WorkloadCertificate
 
 LOOPS = ["asyncio", "uvloop"]
@@ -272,8 +274,15 @@ def _soak(loop_name: str, main: Callable[[], Coroutine[Any, Any, None]]) -> None
 class Hbone:
     """An HBONE listener on loopback whose handler dials the soak's upstreams, and a client pool in front."""
 
-    def __init__(self, soak: Soak, client_cert: WorkloadCertificate, server_cert: WorkloadCertificate) -> None:
+    def __init__(
+        self,
+        soak: Soak,
+        client_cert: WorkloadCertificate,
+        server_cert: WorkloadCertificate,
+        tls_transport: TlsTransportKind = "socket",
+    ) -> None:
         self.soak = soak
+        self.tls_transport: TlsTransportKind = tls_transport
         self.client_cert = client_cert
         self.server_cert = server_cert
         self.pool = ConnectionPool()
@@ -294,7 +303,12 @@ class Hbone:
             await self.soak.admit()
             sock, peer = await loop.sock_accept(self._listener)
             serve = HboneServer.serve(
-                sock, self._cert, trust_domain=TD, handler=self._handle, on_failure=self.failures.append
+                sock,
+                self._cert,
+                trust_domain=TD,
+                handler=self._handle,
+                on_failure=self.failures.append,
+                tls_transport=self.tls_transport,
             )
             self.soak.spawn(serve, f"hbone server <- {peer[0]}:{peer[1]}")
 
@@ -318,7 +332,9 @@ class Hbone:
 
     async def dial(self) -> HboneClient:
         sock = await connect(FACTORY, self.addr)
-        return await HboneClient.connect(sock, self.client_cert, frozenset({SERVER}), trust_domain=TD)
+        return await HboneClient.connect(
+            sock, self.client_cert, frozenset({SERVER}), trust_domain=TD, tls_transport=self.tls_transport
+        )
 
     async def open(self, addr: tuple[str, int]) -> HboneStream:
         key = PoolKey(CLIENT, frozenset({SERVER}), "127.0.0.1", self.addr)
@@ -336,10 +352,10 @@ class Hbone:
         self._listener.close()
 
 
-async def _hbone(soak: Soak, tmp_path: Path) -> Hbone:
+async def _hbone(soak: Soak, tmp_path: Path, tls_transport: TlsTransportKind = "socket") -> Hbone:
     ca = LocalCa(tmp_path / "ca", trust_domain=TD)
     client_cert, server_cert = await asyncio.gather(ca.fetch_certificate(CLIENT), ca.fetch_certificate(SERVER))
-    hbone = Hbone(soak, client_cert, server_cert)
+    hbone = Hbone(soak, client_cert, server_cert, tls_transport)
     await hbone.start()
     return hbone
 
@@ -419,7 +435,9 @@ async def _abrupt(hbone: Hbone, i: int) -> str:
             return "dropped after handshake"
         case 1:  # a tunnel mid-transfer, then the TCP connection dies under the TLS transport
             killer = sock.dup()
-            client = await HboneClient.connect(sock, hbone.client_cert, frozenset({SERVER}), trust_domain=TD)
+            client = await HboneClient.connect(
+                sock, hbone.client_cert, frozenset({SERVER}), trust_domain=TD, tls_transport=hbone.tls_transport
+            )
             stream = await client.open_tunnel("{}:{}".format(*hbone.soak.echo_addr), [])
             await stream.write(_payload(i))
             await stream.read()
@@ -446,7 +464,12 @@ async def _abrupt(hbone: Hbone, i: int) -> str:
             try:
                 async with asyncio.timeout(0.0005 * (i % 7)):
                     client = await HboneClient.connect(
-                        sock, hbone.client_cert, frozenset({SERVER}), trust_domain=TD, timeout=HANDSHAKE_TIMEOUT
+                        sock,
+                        hbone.client_cert,
+                        frozenset({SERVER}),
+                        trust_domain=TD,
+                        timeout=HANDSHAKE_TIMEOUT,
+                        tls_transport=hbone.tls_transport,
                     )
             except TimeoutError:
                 return "cancelled during handshake"
@@ -454,12 +477,15 @@ async def _abrupt(hbone: Hbone, i: int) -> str:
             return "cancelled during handshake"  # (too late: it had finished)
 
 
+@pytest.mark.parametrize("tls_transport", TLS_TRANSPORTS)
 @pytest.mark.parametrize("loop_name", LOOPS)
-def test_tls_connections_dropped_without_close_notify_leak_nothing(loop_name: str, tmp_path: Path) -> None:
+def test_tls_connections_dropped_without_close_notify_leak_nothing(
+    loop_name: str, tls_transport: TlsTransportKind, tmp_path: Path
+) -> None:
     async def main() -> None:
         soak = Soak()
         await soak.start()
-        hbone = await _hbone(soak, tmp_path)
+        hbone = await _hbone(soak, tmp_path, tls_transport)
         try:
             outcomes = await soak.rounds(3, 100, lambda i: _abrupt(hbone, i))
         finally:

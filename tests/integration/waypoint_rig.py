@@ -300,7 +300,9 @@ class Endpoint:
         loop = asyncio.get_running_loop()
         while True:
             sock, _ = await loop.sock_accept(self._listener)
-            task = asyncio.create_task(HboneServer.serve(sock, self._cert, trust_domain=TD, handler=self._handle))
+            task = asyncio.create_task(
+                HboneServer.serve(sock, self._cert, trust_domain=TD, handler=self._handle, tls_transport="loop")
+            )
             self._serving.add(task)
             task.add_done_callback(self._serving.discard)
 
@@ -396,7 +398,7 @@ def waypoint_settings(config: Path, ca_dir: Path, limits: WaypointLimits, **over
 
 
 class Rig:
-    def __init__(self, tmp: Path, limits: WaypointLimits, tls_transport: TlsTransportKind = "loop") -> None:
+    def __init__(self, tmp: Path, limits: WaypointLimits, tls_transport: TlsTransportKind = "socket") -> None:
         self.tmp = tmp
         self.ca = LocalCa(tmp / "ca", trust_domain=TD)
         config = tmp / "mesh.yaml"
@@ -429,7 +431,9 @@ class Rig:
         sock.setblocking(False)
         sock.bind((CLIENT_IP, 0))
         await loop.sock_connect(sock, ("127.0.0.1", self.settings.hbone_port))
-        return await HboneClient.connect(sock, self.client_cert, frozenset({identity}), trust_domain=TD)
+        return await HboneClient.connect(
+            sock, self.client_cert, frozenset({identity}), trust_domain=TD, tls_transport="loop"
+        )
 
     async def tunnel(self, authority: str) -> tuple[HboneClient, HboneStream]:
         client = await self.client()
@@ -438,7 +442,7 @@ class Rig:
 
 @contextlib.asynccontextmanager
 async def started_rig(
-    tmp: Path, limits: WaypointLimits, tls_transport: TlsTransportKind = "loop"
+    tmp: Path, limits: WaypointLimits, tls_transport: TlsTransportKind = "socket"
 ) -> AsyncIterator[Rig]:
     """A started :class:`Rig` whose waypoint balances round-robin (deterministic per-request balancing), its HBONE
     legs (the listener and the upstream pool) on ``tls_transport`` (the ``tls_transport`` fixture gives each)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 import os
 import secrets
 import signal
@@ -530,8 +531,9 @@ async def test_a_pod_without_host_users_is_root_inside_and_an_unprivileged_id_on
 
 
 async def test_host_users_false_refuses_ids_outside_the_namespace_and_ranges_are_freed_and_restored(
-    kube: KubeClient, node_settings: NodeRuntimeSettings, runc_settings: RuncSettings
+    kube: KubeClient, node_settings: NodeRuntimeSettings, runc_settings: RuncSettings, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="ambit.lab.runtime")  # a slow delete (seen once under CI's load) tells why
     runtime = make_runtime(kube, node_settings, runc_settings)
     await runtime.start()
     try:

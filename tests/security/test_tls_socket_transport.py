@@ -15,8 +15,10 @@ from __future__ import annotations
 import asyncio
 import gc
 import hashlib
+import os
 import socket
 import ssl
+import struct
 import time
 from pathlib import Path
 
@@ -392,6 +394,32 @@ async def test_a_socket_that_is_not_connected_is_refused_and_closed(certs: Certs
         await open_tls(Sink, sock, certs.client.client_context(), server_side=False, handshake_timeout=5)
     assert not isinstance(raised.value, ssl.SSLError)
     assert sock.fileno() == -1
+
+
+async def test_a_connection_reset_before_the_handshake_fails_with_its_descriptor_closed_at_once(certs: Certs) -> None:
+    # wrap_socket takes the descriptor, then trips over the reset; the half-made SSLSocket is reachable only from the
+    # exception's frames, which a caller (a log record, here pytest.raises) may keep for long.
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        client = socket.create_connection(listener.getsockname()[:2])
+        server, _ = listener.accept()
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    client.close()  # an RST
+    await asyncio.sleep(0.05)
+    descriptor = os.fstat(server.fileno())
+    with pytest.raises(OSError) as raised:
+        await open_tls(Sink, server, certs.server.server_context(), server_side=True, handshake_timeout=5)
+    assert not isinstance(raised.value, ssl.SSLError)
+    assert server.fileno() == -1
+    held = [f for f in os.listdir("/proc/self/fd") if _same_file(f"/proc/self/fd/{f}", descriptor)]
+    assert held == [], "the reset connection's descriptor is still open"
+
+
+def _same_file(path: str, stat: os.stat_result) -> bool:
+    try:
+        other = os.stat(path)
+    except OSError:
+        return False
+    return (other.st_dev, other.st_ino) == (stat.st_dev, stat.st_ino)
 
 
 @pytest.mark.parametrize("read_ahead", [READ_AHEAD_BUFFER, 0], ids=["context-reads-ahead", "per-connection"])

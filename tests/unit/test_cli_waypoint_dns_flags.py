@@ -60,5 +60,6 @@ def test_the_tls_transport_flag_reaches_the_settings_of_both_hbone_legs(transpor
     assert settings_with(tls_transport=transport).tls_transport == transport
 
 
-def test_the_default_tls_transport_is_the_loops() -> None:
-    assert settings_with().tls_transport == "loop"
+def test_the_default_tls_transport_is_the_socket_one() -> None:
+    # The loop's TLS answers a peer's KeyUpdate requests without bound (tests/security/test_tls_key_update.py).
+    assert settings_with().tls_transport == "socket"

@@ -21,7 +21,8 @@ TlsTransportOption = Annotated[
     typer.Option(
         "--tls-transport",
         envvar="HBONE_TLS_TRANSPORT",
-        help="HBONE's TLS transport: loop (the event loop's, memory BIOs) or socket (TLS on the socket itself).",
+        help="HBONE's TLS transport: socket (TLS on the socket itself, the default) or loop (the event loop's, "
+        "memory BIOs; answers a peer's TLS KeyUpdate requests without bound, so kept for comparison only).",
     ),
 ]
 """The node proxy's, the waypoint's and the gateway's ``--tls-transport`` (one flag, one variable, one help)."""

@@ -58,7 +58,7 @@ def gateway(
     local_ca: Annotated[
         Path | None, typer.Option("--local-ca", help="Sign the gateway's certificate with the CA in this directory.")
     ] = None,
-    tls_transport: TlsTransportOption = "loop",
+    tls_transport: TlsTransportOption = "socket",
     admin_port: Annotated[int, typer.Option("--admin-port", help="Admin port (127.0.0.1).")] = 15000,
     stats_port: Annotated[int, typer.Option("--stats-port", help="Prometheus metrics port.")] = 15020,
     readiness_port: Annotated[int, typer.Option("--readiness-port", help="Readiness port.")] = 15021,

@@ -84,7 +84,7 @@ def l7_settings(
     log_json: bool,
     hbone_port: int = 15008,
     dns_upstreams: tuple[str, ...] = (),
-    tls_transport: str = "loop",
+    tls_transport: str = "socket",
 ) -> WaypointSettings:
     """The settings of a ``role`` ("waypoint" or "gateway") process; a bad flag is a :class:`UsageError` naming it."""
     from ambit.inpod.settings import NodeProxySettingsError, parse_secret_ttl
@@ -174,7 +174,7 @@ def start_waypoint(
     config: Path | None = None,
     local_ca: Path | None = None,
     hbone_port: int = 15008,
-    tls_transport: str = "loop",
+    tls_transport: str = "socket",
     admin_port: int = 15000,
     stats_port: int = 15020,
     readiness_port: int = 15021,
@@ -231,7 +231,7 @@ def start_gateway(
     trust_domain: str = "cluster.local",
     config: Path | None = None,
     local_ca: Path | None = None,
-    tls_transport: str = "loop",
+    tls_transport: str = "socket",
     admin_port: int = 15000,
     stats_port: int = 15020,
     readiness_port: int = 15021,

@@ -75,8 +75,9 @@ _PORTS = (
 _TLS_TRANSPORT = Flag(
     "--tls-transport",
     "tls_transport",
-    "HBONE's TLS transport: loop (the event loop's, memory BIOs) or socket (TLS on the socket itself).",
-    default="loop",
+    "HBONE's TLS transport: socket (TLS on the socket itself, the default) or loop (the event loop's, memory "
+    "BIOs; answers a peer's TLS KeyUpdate requests without bound, so kept for comparison only).",
+    default="socket",
     envvar="HBONE_TLS_TRANSPORT",
 )
 

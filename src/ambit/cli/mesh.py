@@ -276,7 +276,7 @@ def nodeproxy(
             "(else $SECRET_TTL, else 24h).",
         ),
     ] = None,
-    tls_transport: TlsTransportOption = "loop",
+    tls_transport: TlsTransportOption = "socket",
     notify_fd: Annotated[
         int | None,
         typer.Option(

@@ -99,7 +99,7 @@ def start(
     drain_deadline: str | None = None,
     drain_max: str | None = None,
     secret_ttl: str | None = None,
-    tls_transport: str = "loop",
+    tls_transport: str = "socket",
     notify_fd: int | None = None,
 ) -> None:
     """Check the flags (:class:`UsageError`, :class:`CommandFailed`) before anything takes effect, then run the

@@ -60,7 +60,7 @@ def proxy(
         Path | None, typer.Option("--local-ca", help="Sign the waypoint's certificate with the CA in this directory.")
     ] = None,
     hbone_port: Annotated[int, typer.Option("--hbone-port", help="HBONE listener port.")] = 15008,
-    tls_transport: TlsTransportOption = "loop",
+    tls_transport: TlsTransportOption = "socket",
     admin_port: Annotated[int, typer.Option("--admin-port", help="Admin port (127.0.0.1).")] = 15000,
     stats_port: Annotated[int, typer.Option("--stats-port", help="Prometheus metrics port.")] = 15020,
     readiness_port: Annotated[int, typer.Option("--readiness-port", help="Readiness port.")] = 15021,

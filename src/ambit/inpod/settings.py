@@ -357,7 +357,7 @@ class NodeProxySettings:
     """The event loop the proxy runs on: ``uvloop`` or ``asyncio`` (see :mod:`ambit.inpod.eventloop`). uvloop is
     the default since the connection-churn soak test (``tests/integration/test_uvloop_churn.py``) passes under it."""
 
-    tls_transport: TlsTransportKind = "loop"
+    tls_transport: TlsTransportKind = "socket"
     """HBONE's TLS transport, both ways: the event loop's (memory BIOs) or TLS on the socket itself
     (:mod:`ambit.tls.socket_transport`)."""
 

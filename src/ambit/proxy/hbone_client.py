@@ -83,7 +83,7 @@ class HboneClient:
         settings: HboneSettings | None = None,
         clock: Callable[[], float] = time.monotonic,
         revocation: RevocationManager | None = None,
-        tls_transport: TlsTransportKind = "loop",
+        tls_transport: TlsTransportKind = "socket",
     ) -> HboneClient:
         """Handshake over the connected ``sock`` (which we own from now on) and check the server's identity.
 

@@ -168,7 +168,7 @@ class HboneServer:
         drain: DrainSignal | None = None,
         ticket: Ticket | None = None,
         liveness: LivenessSettings | None = None,
-        tls_transport: TlsTransportKind = "loop",
+        tls_transport: TlsTransportKind = "socket",
         find_cert: Callable[[], WorkloadCertificate | None] | None = None,
         addresses: Addresses | None = None,
     ) -> None:

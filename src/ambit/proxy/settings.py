@@ -16,5 +16,5 @@ class ProxySettings:
     """The network this node is on (addresses are looked up as ``network/IP``)."""
     trust_domain: str = DEFAULT_TRUST_DOMAIN
     """The mesh's trust domain: peers from another one are refused."""
-    tls_transport: TlsTransportKind = "loop"
+    tls_transport: TlsTransportKind = "socket"
     """HBONE's TLS transport, dialling and accepting: the event loop's or TLS on the socket itself."""

@@ -99,8 +99,9 @@ async def open_tls(
         context_reads_ahead = reads_ahead(context)
         if READ_AHEAD_BUFFER and not context_reads_ahead:
             has_pending = read_ahead(tls, READ_AHEAD_BUFFER)
-    except BaseException:
-        sock.close()
+    except BaseException as exc:
+        sock.close()  # a no-op once wrap_socket took the descriptor: then its half-made socket has it
+        _close_half_made(exc)
         raise
     reading = False  # the handshake left the descriptor registered for reading
     try:
@@ -128,6 +129,23 @@ async def open_tls(
         # OpenSSL reads ahead on this connection: what it holds must be asked, or else assumed (read to WANT_READ).
         has_pending = pending_probe(tls) or _assume_pending
     return TlsSocketTransport(loop, tls, protocol, has_pending, reading=reading, addresses=addresses), protocol
+
+
+def _close_half_made(exc: BaseException) -> None:
+    """Close the ``SSLSocket`` that ``wrap_socket`` made and then failed on, if ``exc`` came from inside it.
+
+    ``SSLSocket._create`` takes the descriptor from the socket it wraps before it checks that socket: a peer's reset
+    that lands before (``recv`` raising ``ECONNRESET`` in that check) leaves the new object, and the descriptor,
+    reachable only from the traceback's frames. Reference counting would close it with a ``ResourceWarning`` once
+    the exception is gone; a frame kept by the exception (a log record, a test's collection of warnings) would keep
+    the descriptor open as long. The standard library gives no other handle on that object."""
+    tb = exc.__traceback__
+    while tb is not None:
+        made = tb.tb_frame.f_locals.get("self")
+        if isinstance(made, ssl.SSLSocket):
+            made.close()
+            return
+        tb = tb.tb_next
 
 
 def _assume_pending() -> int:

@@ -165,7 +165,7 @@ async def serve_connection(
     certificate: Callable[[], Awaitable[WorkloadCertificate]],
     trust_domain: str,
     ticket: Ticket | None = None,
-    tls_transport: TlsTransportKind = "loop",
+    tls_transport: TlsTransportKind = "socket",
 ) -> None:
     """Serve one accepted connection on the HBONE port; never raises for peer trouble. ``ticket`` is its place at
     the listener (:mod:`ambit.proxy.admission`; the caller releases it): established once the client is judged.

@@ -129,7 +129,7 @@ class WaypointSettings:
     dns_port: int = 53
     """The port the nameservers answer on (tests run theirs elsewhere)."""
     resolv_conf: Path = Path("/etc/resolv.conf")
-    tls_transport: TlsTransportKind = "loop"
+    tls_transport: TlsTransportKind = "socket"
     """HBONE's TLS transport, both legs (the listener's connections and the upstream pool's): the event loop's
     (``loop``, memory BIOs) or TLS on the socket itself (``socket``, with the native TLS records when
     :mod:`ambit.native` loads them); :func:`ambit.cli.l7_proxy.l7_settings` picks it from the flag."""

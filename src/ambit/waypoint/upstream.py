@@ -192,7 +192,7 @@ class Upstreams:
         hostnames: HostnameResolver | None = None,
         me: WaypointSelf | None = None,
         captured: Callable[[], bool] | None = None,
-        tls_transport: TlsTransportKind = "loop",
+        tls_transport: TlsTransportKind = "socket",
     ) -> None:
         self.pool = pool
         self.captured = captured

@@ -52,6 +52,7 @@ import dataclasses
 import logging
 import os
 import signal
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -395,11 +396,14 @@ class PodWorker:
     async def _terminate(self) -> None:
         """Rule 4."""
         grace = self._grace()
+        began = time.monotonic()
+        log.info("pod %s/%s: terminating (grace %.0fs)", self.namespace, self.name, grace)
         for sup in self.supervisors:
             if sup.state.phase is Phase.RUNNING:
                 self.event("Normal", "Killing", f"Stopping container {sup.name}")
         await asyncio.gather(*(sup.stop(grace) for sup in self.supervisors))
         await self._stop_unsupervised(grace)
+        log.info("pod %s/%s: containers stopped in %.1fs", self.namespace, self.name, time.monotonic() - began)
         self._stopped = True
         await self._cancel_token_refresh()
         await self._destroy_sandbox()
