@@ -392,6 +392,8 @@ def measure(profile: Profile, lab: BenchLab, procs: Processes, tmp: Path, log: C
         """Restart the mode's proxies first: a process that held connections before keeps the memory it freed (the
         allocator reuses it), so a second round in the same processes would measure almost no growth."""
         nonlocal cross
+        if not profile.fresh_idle:
+            return _idle(route, name=name, count=count, procs=procs, log=log)
         remember_peaks(cross)
         if route.mode in (STUNNEL, HAPROXY):
             tunnels.restart(resume=True, log=log)
@@ -410,7 +412,7 @@ def measure(profile: Profile, lab: BenchLab, procs: Processes, tmp: Path, log: C
         concurrency=profile.rate_concurrency,
     )
     started = time.monotonic()
-    for repeat in range(profile.repeats):
+    for repeat in range(profile.repeats if profile.flow_log else 0):
         for flags in (FLOW_LOG_OFF, ()) if repeat % 2 == 0 else ((), FLOW_LOG_OFF):
             if lab.proxy_flags != flags:
                 remember_peaks(cross)
@@ -420,7 +422,8 @@ def measure(profile: Profile, lab: BenchLab, procs: Processes, tmp: Path, log: C
     if lab.proxy_flags:
         remember_peaks(cross)
         cross = restart_proxies(lab, tunnels.pids, (), log)
-    log(f"{FLOW_LOG_SCENARIO}: {time.monotonic() - started:.0f} s")
+    if profile.flow_log:
+        log(f"{FLOW_LOG_SCENARIO}: {time.monotonic() - started:.0f} s")
 
     proxied = {mode: route for mode, route in cross.items() if mode != DIRECT}
     for count in profile.idle_counts:

@@ -108,3 +108,9 @@ def test_the_unpinned_scenario_runs_in_bench_quick_and_full_but_not_in_the_smoke
     assert PROFILES["short"].unpinned_sizes == (14,)  # `make bench-quick`
     assert PROFILES["full"].unpinned_sizes == (14, 1024)
     assert PROFILES["smoke"].unpinned_sizes == ()
+
+
+def test_the_smoke_test_leaves_out_what_only_repeats_a_measurement_and_bench_quick_keeps_it() -> None:
+    smoke, short = PROFILES["smoke"], PROFILES["short"]
+    assert (smoke.rr_sizes, smoke.fresh_idle, smoke.flow_log) == ((14,), False, False)
+    assert (short.rr_sizes, short.fresh_idle, short.flow_log) == ((14, 1024), True, True)
