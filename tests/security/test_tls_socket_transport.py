@@ -414,6 +414,22 @@ async def test_a_connection_reset_before_the_handshake_fails_with_its_descriptor
     assert held == [], "the reset connection's descriptor is still open"
 
 
+async def test_a_failure_right_after_the_socket_is_wrapped_closes_its_descriptor_at_once(
+    certs: Certs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def failing(tls: ssl.SSLSocket, size: int) -> None:
+        raise OSError("read-ahead refused")
+
+    monkeypatch.setattr(socket_transport, "read_ahead", failing)
+    client, server = await tcp_pair()
+    descriptor = os.fstat(client.fileno())
+    with pytest.raises(OSError, match="read-ahead refused"):  # the context does not read ahead: per connection
+        await open_tls(Sink, client, certs.client.client_context(), server_side=False, handshake_timeout=5)
+    held = [f for f in os.listdir("/proc/self/fd") if _same_file(f"/proc/self/fd/{f}", descriptor)]
+    assert held == []
+    server.close()
+
+
 def _same_file(path: str, stat: os.stat_result) -> bool:
     try:
         other = os.stat(path)

@@ -90,6 +90,7 @@ async def open_tls(
     the caller asked already (the transport's ``peername`` and ``sockname``: two system calls fewer)."""
     loop = asyncio.get_running_loop()
     has_pending: Callable[[], int] | None = None
+    tls: ssl.SSLSocket | None = None
     try:
         sock.setblocking(False)
         # A peer that closes without close_notify (mid-record, say) has failed, not ended: an error, never an EOF.
@@ -100,8 +101,11 @@ async def open_tls(
         if READ_AHEAD_BUFFER and not context_reads_ahead:
             has_pending = read_ahead(tls, READ_AHEAD_BUFFER)
     except BaseException as exc:
-        sock.close()  # a no-op once wrap_socket took the descriptor: then its half-made socket has it
-        _close_half_made(exc)
+        sock.close()  # a no-op once wrap_socket took the descriptor: then the SSLSocket, made or half-made, has it
+        if tls is not None:
+            tls.close()
+        else:
+            _close_half_made(exc)
         raise
     reading = False  # the handshake left the descriptor registered for reading
     try:
