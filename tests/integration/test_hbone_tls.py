@@ -287,6 +287,17 @@ async def test_the_pool_reaps_idle_connections_and_both_ends_close(mesh: Mesh) -
     assert mesh.connections_served == 2
 
 
+async def test_the_pool_forgets_a_connection_its_server_closed_without_being_asked(mesh: Mesh) -> None:
+    """The client connection tells the pool it is gone: no open and no reap is needed for the pool to forget it."""
+    assert await echo_once(mesh, b"one") == b"one"
+    assert mesh.pool.stats()["connections"] == 1
+    for task in list(mesh.serving):  # the server's end goes away
+        task.cancel()
+    await until(lambda: mesh.pool.stats()["keys"] == [])
+    assert await echo_once(mesh, b"two") == b"two"  # a fresh connection
+    assert mesh.connections_served == 2
+
+
 async def test_an_upstream_that_resets_mid_upload_fails_only_its_own_tunnel(mesh: Mesh) -> None:
     async def reset_after_first_bytes(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.read(1)

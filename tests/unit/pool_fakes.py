@@ -63,9 +63,20 @@ class FakeConnection:
         self.refuse: int | None = None
         self.attempts = 0
         self.on_idle: Callable[[], None] | None = None
+        self.on_closed: list[Callable[[], None]] = []
 
     def when_idle(self, callback: Callable[[], None]) -> None:
         self.on_idle = callback
+
+    def when_closed(self, callback: Callable[[], None]) -> None:
+        self.on_closed.append(callback)
+
+    def lose(self) -> None:
+        """The connection is gone (its peer closed it, say): closed, and its owner is told soon, as HboneClient's."""
+        self.closed = True
+        for callback in self.on_closed:
+            asyncio.get_running_loop().call_soon(callback)
+        self.on_closed.clear()
 
     @property
     def available(self) -> bool:

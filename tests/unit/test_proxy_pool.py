@@ -232,3 +232,83 @@ async def test_a_key_gets_one_bucket_however_many_tunnels_it_opens(
     for _ in range(3):
         await pool.open_tunnel(KEY, "10.0.0.1:80", [], dialer)
     assert len(made) == 1  # made for the key's first open, found by the others
+
+
+class _ClosedCountingConnection(FakeConnection):
+    """Counts how often the pool asks whether it is closed."""
+
+    asked = 0
+
+    @property  # type: ignore[override]
+    def closed(self) -> bool:
+        type(self).asked += 1
+        return self._closed
+
+    @closed.setter
+    def closed(self, value: bool) -> None:
+        self._closed = value
+
+
+async def test_an_open_does_not_ask_every_connection_of_its_key_whether_it_is_closed(clock: Clock) -> None:
+    """Under a cold load the busy connections of a key are passed over on their stream count alone: the pool learns
+    of a close from the connection (``when_closed``), not by asking each of them on every acquire."""
+    pool = ConnectionPool(idle_timeout=0.0, clock=clock, max_streams=1)
+    made: list[_ClosedCountingConnection] = []
+
+    async def dial() -> _ClosedCountingConnection:
+        made.append(_ClosedCountingConnection(clock, f"conn{len(made)}"))
+        return made[-1]
+
+    for _ in range(5):
+        await pool.open_tunnel(KEY, "10.0.0.1:80", [], dial)
+    _ClosedCountingConnection.asked = 0
+    await pool.open_tunnel(KEY, "10.0.0.1:80", [], dial)
+    assert len(made) == 6
+    assert _ClosedCountingConnection.asked <= 2  # the new connection's ``available`` (twice at most), none of the five
+
+
+async def test_a_connection_that_says_it_is_gone_is_forgotten_with_its_key(
+    pool: ConnectionPool, dialer: Dialer
+) -> None:
+    stream = await pool.open_tunnel(KEY, "10.0.0.1:80", [], dialer)
+    stream.connection.lose()
+    await settle()
+    assert pool.stats() == {"connections": 0, "streams": 0, "keys": []}
+    assert pool.reap_idle() == 0
+    await pool.open_tunnel(KEY, "10.0.0.1:80", [], dialer)
+    assert len(dialer.made) == 2
+
+
+async def test_a_busy_connection_that_says_it_is_gone_is_forgotten(clock: Clock) -> None:
+    """Even one at its stream limit, which an open passes over without asking anything else."""
+    pool = ConnectionPool(idle_timeout=300.0, clock=clock, max_streams=1)
+    dialer = Dialer(clock)
+    first = await pool.open_tunnel(KEY, "10.0.0.1:80", [], dialer)
+    second = await pool.open_tunnel(KEY, "10.0.0.1:80", [], dialer)
+    first.connection.lose()
+    await settle()
+    assert pool._buckets[KEY].connections == [second.connection]
+
+
+async def test_a_closed_connection_that_has_not_said_so_is_never_handed_out_and_is_forgotten(
+    pool: ConnectionPool, dialer: Dialer
+) -> None:
+    stream = await pool.open_tunnel(KEY, "10.0.0.1:80", [], dialer)
+    stream.finish()
+    stale = stream.connection
+    stale.closed = True  # closed, its callback not run (nor ever: a connection slow to tell)
+    fresh = await pool.open_tunnel(KEY, "10.0.0.1:80", [], dialer)
+    assert fresh.connection is not stale
+    assert stale.attempts == 1  # never asked to open another tunnel
+    assert pool._buckets[KEY].connections == [fresh.connection]
+
+
+async def test_a_connection_lost_after_the_pool_forgot_it_changes_nothing(pool: ConnectionPool, dialer: Dialer) -> None:
+    stream = await pool.open_tunnel(KEY, "10.0.0.1:80", [], dialer)
+    stream.finish()
+    other = await pool.open_tunnel(OTHER_KEY, "10.0.0.1:80", [], dialer)
+    await pool.aclose()
+    stream.connection.lose()
+    other.connection.lose()
+    await settle()
+    assert pool.stats() == {"connections": 0, "streams": 0, "keys": []}

@@ -186,6 +186,12 @@ class HboneClient:
 
         self._session.on_idle = soon
 
+    def when_closed(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once, from the event loop, when the connection is lost (soon, if it is already).
+
+        Until then the connection holds ``callback`` (the pool's, which holds us); the lost future lets it go."""
+        self._session.lost.add_done_callback(lambda _: callback())
+
     async def open_tunnel(self, authority: str, headers: Sequence[tuple[str, str]]) -> HboneStream:
         """CONNECT to ``authority``; the tunnel once the server answered 200, else :class:`TunnelRefusedError`."""
         if self.closed:

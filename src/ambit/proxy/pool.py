@@ -22,6 +22,10 @@ Invariants:
 - A connection with no streams for ``idle_timeout`` is closed by :meth:`ConnectionPool.reap_idle`, which the
   owner calls periodically; dead connections are forgotten there too. Idleness is the connection's own
   ``idle_since``, so the pool's ``clock`` must be the clock the connections were made with.
+- A closed connection is never handed out: the one chosen is asked ``available`` (which is false once it is
+  closed). The pool does not ask every connection of a key whether it is closed on each acquire; it forgets one
+  when the connection says it is gone (``when_closed``), when an acquire meets it with a free slot but closed, or
+  at the next :meth:`ConnectionPool.reap_idle`, whichever comes first.
 
 Zero idle timeout (ztunnel's ``POOL_UNUSED_RELEASE_TIMEOUT=0``): a connection whose last stream ended is closed at
 once, never reused, so with ``max_streams=1`` every tunnel makes its own mutual-TLS handshake (what the benchmark's
@@ -72,6 +76,7 @@ class PooledConnection(Protocol):
     def close(self) -> None: ...  # start a graceful close (GOAWAY) without waiting
     async def aclose(self) -> None: ...
     def when_idle(self, callback: Callable[[], None]) -> None: ...  # call each time its last stream ended
+    def when_closed(self, callback: Callable[[], None]) -> None: ...  # call once, soon after it is gone
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,17 +227,35 @@ class ConnectionPool:
             bucket = self._buckets.get(key)
             if bucket is None:  # not ``setdefault(key, _Bucket())``: that makes a bucket per call, kept or not
                 bucket = self._buckets[key] = _Bucket()
-            bucket.keep([c for c in bucket.connections if not c.closed])
-            if self._idle_timeout == 0:
-                self._close_used_idle(bucket)
             max_streams = self._max_streams
+            used = bucket.used if self._idle_timeout == 0 else None
+            chosen: PooledConnection | None = None
+            gone: list[PooledConnection] | None = None
             for connection in bucket.connections:
                 # The stream count first: it is the cheaper question, and under a cold load (one stream per
                 # connection) it rules out every busy connection without asking whether it is alive.
-                if connection.active_streams < max_streams and connection.available:
-                    if self._idle_timeout == 0:
-                        bucket.used.add(connection)
-                    return connection
+                if connection.active_streams >= max_streams:
+                    continue
+                if not connection.available:
+                    if connection.closed:  # it has not said so yet (or it did, and that callback waits to run)
+                        (gone := gone or []).append(connection)
+                    continue
+                if used is not None and connection in used and connection.idle_since is not None:
+                    # Zero idle timeout: one that carried a stream and is idle now is closed, never reused (the
+                    # back-stop of ``when_idle``'s callback, see the module docstring).
+                    connection.close()
+                    (gone := gone or []).append(connection)
+                    continue
+                chosen = connection
+                break
+            if gone is not None:  # the bucket stays: it is returned from, or dialed for, below
+                for connection in gone:
+                    bucket.connections.remove(connection)
+                    bucket.used.discard(connection)
+            if chosen is not None:
+                if used is not None:
+                    used.add(chosen)
+                return chosen
             pending = next((d for d in bucket.dials if d.waiters < self._max_streams), None)
             if pending is None:
                 pending = self._start_dial(key, bucket, dial)
@@ -270,6 +293,7 @@ class ConnectionPool:
                     pending.future.set_exception(PoolClosedError("the connection pool is closed"))
                 else:
                     self._buckets.setdefault(key, bucket).connections.append(connection)
+                    connection.when_closed(functools.partial(self._remove, key, connection))
                     if self._idle_timeout == 0:
                         connection.when_idle(functools.partial(self._close_if_idle, key, connection))
                     pending.future.set_result(connection)
@@ -281,13 +305,17 @@ class ConnectionPool:
         return pending
 
     def _forget(self, key: PoolKey, connection: PooledConnection) -> None:
+        self._remove(key, connection)
+        connection.close()
+
+    def _remove(self, key: PoolKey, connection: PooledConnection) -> None:
+        """Forget ``connection`` (a key with neither connections nor dials left goes too); it is not closed here."""
         bucket = self._buckets.get(key)
         if bucket is not None and connection in bucket.connections:
             bucket.connections.remove(connection)
             bucket.used.discard(connection)
             if not bucket.connections and not bucket.dials:
                 del self._buckets[key]
-        connection.close()
 
     # Zero idle timeout (see the module docstring).
 
@@ -295,10 +323,3 @@ class ConnectionPool:
         """Close ``connection`` if it still has no stream (one may have started since it said it was idle)."""
         if not self._closed and not connection.closed and connection.idle_since is not None:
             self._forget(key, connection)
-
-    def _close_used_idle(self, bucket: _Bucket) -> None:
-        stale = [c for c in bucket.used if c.idle_since is not None]
-        if stale:
-            for connection in stale:
-                connection.close()
-            bucket.keep([c for c in bucket.connections if c not in stale])
