@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ambit.telemetry import accesslog
 from ambit.telemetry.accesslog import AccessLog, ConnectionRecord, format_access_log
 
 COMPLETE = ConnectionRecord(
@@ -148,3 +149,44 @@ def test_any_record_formats_to_one_line_and_json_round_trips(record: ConnectionR
     assert obj.get("src.workload", "") == record.src_workload
     assert obj.get("dst.identity", "") == record.dst_identity
     assert obj.get("error", "") == record.error
+
+
+def _reference_text(record: ConnectionRecord) -> str:
+    """The text line by the module's rules, field by field (:func:`_fields` and :func:`_dumps`)."""
+    parts = ["connection failed" if record.error else "connection complete"]
+    for key, value in accesslog._fields(record):
+        if key in ("direction", "error"):
+            parts.append(f"{key}={accesslog._dumps(value)}")
+        elif key == "duration":
+            parts.append(f'{key}="{value}"')
+        elif isinstance(value, str) and (not value.isprintable() or set(value) & set(' \t\r\n"=\\')):
+            parts.append(f"{key}={accesslog._dumps(value)}")
+        else:
+            parts.append(f"{key}={value}")
+    return " ".join(parts)
+
+
+_bare = st.text(alphabet="abz-.:019", max_size=10)
+_any = st.one_of(
+    _bare, st.text(alphabet=st.sampled_from([*'ab=. \t\r\n"\\', "\x85", "\u2028", "\x00", "é"]), max_size=6)
+)
+_string_fields = [
+    "src_addr", "dst_addr", "dst_hbone_addr", "src_workload", "src_namespace", "src_identity", "src_cluster",
+    "dst_service", "dst_workload", "dst_namespace", "dst_identity", "dst_cluster",
+]  # fmt: skip
+
+
+@given(
+    st.fixed_dictionaries({name: st.one_of(_bare, _bare, _any) for name in _string_fields}),
+    st.sampled_from(["outbound", "inbound", "", "sideways \n"]),
+    st.sampled_from(["", "reset by peer", 'a "quoted"\nerror']),
+)
+def test_the_text_line_quotes_each_value_as_the_field_by_field_rules_say(
+    strings: dict[str, str], direction: str, error: str
+) -> None:
+    """Whether every value is bare is asked of them together first (the usual line); the result is the line the
+    per-field rules make, whichever values need quotes."""
+    record = ConnectionRecord(
+        direction=direction, bytes_sent=3, bytes_recv=4, duration_seconds=0.2, error=error, **strings
+    )
+    assert format_access_log(record) == _reference_text(record)
