@@ -221,3 +221,48 @@ async def test_a_pump_refuses_what_it_cannot_use(certs: Certs, tls_records: obje
         pump(1)
     client.abort()
     server.abort()
+
+
+@pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
+def test_the_data_paths_callback_takes_over_the_registration_without_dropping_it(
+    certs: Certs, tls_records: object, loop_kind: str
+) -> None:
+    """Swapping the read callback keeps the descriptor registered (no ``remove_reader``), and the loop then calls
+    the new one, then the old one again once the feed is gone: on both event loops."""
+    if loop_kind == "uvloop":
+        uvloop = pytest.importorskip("uvloop")
+        loop = uvloop.new_event_loop()
+    else:
+        loop = asyncio.SelectorEventLoop()
+
+    async def run() -> None:
+        client, server = await _pair(certs, Sink())
+        calls: list[str] = []
+        for name in ("add_reader", "remove_reader"):
+            method = getattr(server._loop, name)
+
+            def recording(*args: object, _name: str = name, _method: Callable[..., object] = method) -> object:
+                calls.append(_name)
+                return _method(*args)
+
+            setattr(server._loop, name, recording)
+        try:
+            feed = Feed()
+            server.set_data_path(feed)
+            assert calls == ["add_reader"]
+            client.write(b"x" * 100)
+            await _until(lambda: len(feed.taken) == 100, "the feed took the bytes")
+            server.set_data_path(None)
+            assert calls == ["add_reader", "add_reader"]
+            client.write(b"y" * 10)
+            await _until(lambda: server._protocol.received.endswith(b"y" * 10), "the protocol got the rest")
+        finally:
+            for name in ("add_reader", "remove_reader"):
+                delattr(server._loop, name)
+            client.abort()
+            server.abort()
+
+    try:
+        loop.run_until_complete(run())
+    finally:
+        loop.close()

@@ -104,7 +104,9 @@ class NativeTlsSocketTransport(TlsSocketTransport):
         self._feed = feed
         self._read_pump = None if feed is None else self._pump_type(self, self._records, feed, READ_SIZE)
         if self._reading:  # registered with the other callback: swap it
-            self._loop.remove_reader(self._fd)
+            # ``add_reader`` on a descriptor registered for reading replaces its callback (asyncio's loops and
+            # uvloop alike); a ``remove_reader`` first would unregister and register it anew (uvloop: its poll
+            # handle stopped and started, ``epoll_ctl`` calls) for the same registration.
             self._loop.add_reader(self._fd, self._read_pump or self._read_ready)
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
