@@ -36,6 +36,15 @@ def test_an_ipv4_socket_address_decodes_to_its_address_and_port(ip: str, port: i
     assert decode_sockaddr(raw, socket.AF_INET) == (ip, port)
 
 
+@given(st.binary(min_size=4, max_size=4), ports, st.binary(min_size=8, max_size=8))
+def test_any_four_ipv4_address_octets_decode_to_ipaddress_text_whatever_the_padding(
+    octets: bytes, port: int, padding: bytes
+) -> None:
+    """The dotted quad is written in C (``inet_ntoa``): the same text as ``ipaddress`` gives, for every address."""
+    raw = struct.pack("=H", socket.AF_INET) + struct.pack("!H", port) + octets + padding
+    assert decode_sockaddr(raw, socket.AF_INET) == (str(ipaddress.IPv4Address(octets)), port)
+
+
 @given(v6, ports, st.binary(min_size=4, max_size=4), st.binary(min_size=4, max_size=4))
 def test_an_ipv6_socket_address_decodes_to_its_canonical_address_and_port_whatever_its_flow_and_scope(
     ip: str, port: int, flow: bytes, scope: bytes

@@ -47,6 +47,10 @@ def decode_sockaddr(raw: bytes, family: socket.AddressFamily) -> tuple[str, int]
     if got != family:
         raise SockaddrError(f"expected a {family.name} socket address, got family {got}")
     (port,) = _PORT.unpack_from(raw, 2)
+    if start == 4:
+        # ``inet_ntoa`` writes the dotted quad ``ipaddress`` would (four decimal octets, no leading zeros), in C:
+        # the IPv4 case is per redirected connection, and ``ipaddress`` makes it in several Python calls.
+        return socket.inet_ntoa(raw[4:8]), port
     ip = ipaddress.ip_address(raw[start:end])
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
