@@ -6,8 +6,8 @@ links statically (its cffi bindings), with the node proxies' own certificates an
 Issue 23 names "the TLS stack that cryptography bundles (a newer OpenSSL) against the system one for the handshake"
 as a lever for cold handshakes. Each round runs ``--pairs`` full TLS 1.3 handshakes between a client and a server of
 the mesh (SPIFFE certificates from a local CA, ECDSA P-256, ALPN h2, no session tickets, both sides verifying) over
-memory BIOs in this process, first on the system library (the loop ``bench/proxy_connections.py --measure floor``
-runs), then on the bundled one, and prints the process CPU per handshake pair (both ends) and their ratio. No
+memory BIOs in this process, first on the system library (``bench/proxy_connections.py --measure floor``'s own
+loop), then on the bundled one, and prints the process CPU per handshake pair (both ends) and their ratio. No
 sockets and no event loop: what the libraries cost, not what the proxies add. ``--groups`` sets the bundled
 library's key-exchange groups (the system one keeps its defaults, X25519 first in 3.0; newer releases may offer a
 hybrid post-quantum group first, which costs more).
@@ -32,38 +32,11 @@ from typing import Any
 from ambit.identity.localca import LocalCa
 from ambit.model.identity import SpiffeId
 from ambit.tls.workload import WorkloadCertificate
+from bench.proxy_connections import _handshake_pair as system_pair
 
 TD = "cluster.local"
 _BUFFER = 65536
 _MAX_STEPS = 20
-
-
-def system_pair(client_ctx: ssl.SSLContext, server_ctx: ssl.SSLContext) -> None:
-    """One handshake pair on the system library, as the proxies' contexts make it (no SNI, no resumption)."""
-    c_in, c_out, s_in, s_out = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
-    client = client_ctx.wrap_bio(c_in, c_out, server_side=False, server_hostname=None)
-    server = server_ctx.wrap_bio(s_in, s_out, server_side=True)
-    client_done = server_done = False
-    for _ in range(_MAX_STEPS):
-        if not client_done:
-            try:
-                client.do_handshake()
-                client_done = True
-            except ssl.SSLWantReadError:
-                pass
-        if c_out.pending:
-            s_in.write(c_out.read())
-        if not server_done:
-            try:
-                server.do_handshake()
-                server_done = True
-            except ssl.SSLWantReadError:
-                pass
-        if s_out.pending:
-            c_in.write(s_out.read())
-        if client_done and server_done:
-            return
-    raise RuntimeError("the system library's handshake did not finish")
 
 
 class Bundled:
