@@ -17,6 +17,7 @@ from tests.integration.lab_cluster import NS, Kubelet, Obj, add_node, settings, 
 from ambit.apiserver.server import ApiServer
 from ambit.k8s import KubeClient, kinds
 from ambit.lab.controllers import ControllerManager
+from ambit.lab.controllers.pods import parse_time
 
 SCHEDULED = "batch.kubernetes.io/cronjob-scheduled-timestamp"
 
@@ -29,6 +30,12 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+    def anchor(self, created: float) -> None:
+        """Stand at half past the minute the CronJob was created in: its first firing is the next minute's. (The
+        minute the clock was made in is not enough: a create made a moment later can fall in the next minute, and
+        a firing is only ever after the creation.)"""
+        self.now = float(int(created) // 60 * 60 + 30)
 
 
 @pytest.fixture
@@ -81,6 +88,13 @@ def cron_job(name: str = "tick", schedule: str = "* * * * *", **spec: Any) -> Ob
 _touches = itertools.count()
 
 
+async def create(kube: KubeClient, clock: Clock, cron: Obj) -> None:
+    made = await kube.create(kinds.CRON_JOBS, cron, NS)
+    created = parse_time(made["metadata"]["creationTimestamp"])
+    assert created is not None
+    clock.anchor(created)
+
+
 async def advance(kube: KubeClient, clock: Clock, seconds: float, name: str = "tick") -> None:
     """Move the clock and make the CronJob look again (a label change queues it, as a resync would)."""
     clock.now += seconds
@@ -109,7 +123,7 @@ def complete(job: Obj) -> bool:
 async def test_a_firing_makes_a_job_named_by_its_minute_and_the_status_follows_it(
     kube: KubeClient, clock: Clock, succeeding: ControllerManager
 ) -> None:
-    await kube.create(kinds.CRON_JOBS, cron_job(), NS)
+    await create(kube, clock, cron_job())
     assert not await jobs_of(kube)  # nothing fires before the next minute
     await advance(kube, clock, 60)
     [name] = await until(lambda: job_names(kube, 1), "the first Job")
@@ -136,7 +150,7 @@ async def _status_with(kube: KubeClient, field: str, name: str = "tick") -> Obj:
 async def test_forbid_skips_a_firing_while_a_job_runs(
     kube: KubeClient, clock: Clock, lingering: ControllerManager
 ) -> None:
-    await kube.create(kinds.CRON_JOBS, cron_job(concurrencyPolicy="Forbid"), NS)
+    await create(kube, clock, cron_job(concurrencyPolicy="Forbid"))
     await advance(kube, clock, 60)
     [first] = await until(lambda: job_names(kube, 1), "the first Job")
     cron = await until(lambda: _status_with(kube, "active"), "the Job listed as active")
@@ -150,7 +164,7 @@ async def test_forbid_skips_a_firing_while_a_job_runs(
 async def test_replace_deletes_the_running_job_for_the_new_one(
     kube: KubeClient, clock: Clock, lingering: ControllerManager
 ) -> None:
-    await kube.create(kinds.CRON_JOBS, cron_job(concurrencyPolicy="Replace"), NS)
+    await create(kube, clock, cron_job(concurrencyPolicy="Replace"))
     await advance(kube, clock, 60)
     [first] = await until(lambda: job_names(kube, 1), "the first Job")
     await advance(kube, clock, 60)
@@ -166,7 +180,7 @@ async def _only(kube: KubeClient, name: str) -> bool:
 async def test_allow_runs_beside_an_active_job_and_suspend_stops_new_ones(
     kube: KubeClient, clock: Clock, lingering: ControllerManager
 ) -> None:
-    await kube.create(kinds.CRON_JOBS, cron_job(), NS)
+    await create(kube, clock, cron_job())
     await advance(kube, clock, 60)
     await until(lambda: job_names(kube, 1), "the first Job")
     await advance(kube, clock, 60)
@@ -182,7 +196,7 @@ async def test_allow_runs_beside_an_active_job_and_suspend_stops_new_ones(
 async def test_finished_jobs_beyond_the_history_limit_are_deleted(
     kube: KubeClient, clock: Clock, succeeding: ControllerManager
 ) -> None:
-    await kube.create(kinds.CRON_JOBS, cron_job(successfulJobsHistoryLimit=1), NS)
+    await create(kube, clock, cron_job(successfulJobsHistoryLimit=1))
     for _ in range(3):
         await advance(kube, clock, 60)
         latest = f"tick-{minute_of(clock)}"
@@ -199,7 +213,7 @@ async def _completed(kube: KubeClient, name: str) -> bool:
 async def test_a_missed_firing_older_than_the_starting_deadline_is_not_run(
     kube: KubeClient, clock: Clock, lingering: ControllerManager
 ) -> None:
-    await kube.create(kinds.CRON_JOBS, cron_job(schedule="0 * * * *", startingDeadlineSeconds=10), NS)
+    await create(kube, clock, cron_job(schedule="0 * * * *", startingDeadlineSeconds=10))
     await advance(kube, clock, 3600)  # an hour later: the firing on the hour is more than 10 s ago
     await advance(kube, clock, 0)
     await asyncio.sleep(0.3)  # time to act, were it going to
