@@ -61,6 +61,8 @@ class Mesh:
         self.client_revocation: RevocationManager | None = None
         self.drain = DrainSignal()
         """Raised by a test: the server's connections say GOAWAY, as a draining node proxy's do."""
+        self.next_drains: list[DrainSignal] = []
+        """The drain signals of the next connections accepted, in order (then :attr:`drain`'s)."""
         self.tls_transport: TlsTransportKind = "socket"
         """The TLS transport of both ends (a test parametrizes it: the same behaviour holds on each)."""
         self.find_server_cert: Callable[[], WorkloadCertificate | None] | None = None
@@ -102,7 +104,7 @@ class Mesh:
                     settings=self.settings,
                     on_failure=self.failures.append,
                     revocation=self.server_revocation,
-                    drain=self.drain,
+                    drain=self.next_drains.pop(0) if self.next_drains else self.drain,
                     tls_transport=self.tls_transport,
                     find_cert=self.find_server_cert,
                     addresses=addresses,

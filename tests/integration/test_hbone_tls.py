@@ -30,12 +30,14 @@ from tests.integration.hbone_mesh import (
 )
 
 from ambit import native
+from ambit.hbone import wire
 from ambit.hbone.connection import HboneSettings
 from ambit.identity.localca import LocalCa
 from ambit.model.identity import SpiffeId
 from ambit.proxy.drain import DrainSignal
 from ambit.proxy.errors import ResponseFlag, StreamClosedError
 from ambit.proxy.hbone_client import HboneClient, HboneConnectError, TunnelRefusedError
+from ambit.proxy.hbone_stream import ConnectionLostError
 from ambit.proxy.pool import ConnectionPool
 from ambit.proxy.sockets import connect
 from ambit.tls.socket_transport import TlsTransportKind
@@ -337,6 +339,31 @@ async def test_a_draining_server_finishes_its_tunnel_while_the_pool_takes_new_on
     assert mesh.failures == []
 
 
+async def test_a_connection_accepted_as_its_server_drains_is_dialled_again_not_counted_as_refused(mesh: Mesh) -> None:
+    """A connection the old proxy accepted as its drain began: it says SETTINGS, GOAWAY, and closes, as it has no
+    tunnel. The pool dials again and the tunnel opens on the next connection (the successor's); the first dial is
+    not reported as a refused certificate."""
+    await mesh.pool.aclose()
+    mesh.pool = ConnectionPool(max_streams=1, idle_timeout=0, clock=mesh.clock)  # a connection per tunnel
+    draining = DrainSignal()
+    draining.start()
+    for _ in range(20):  # the client may see the GOAWAY alone, or the GOAWAY and the close together
+        mesh.next_drains.append(draining)
+        assert await echo_once(mesh, b"after a going-away dial") == b"after a going-away dial"
+        assert not mesh.next_drains
+    assert mesh.connections_served == 40
+    assert mesh.failures == []
+
+
+async def test_a_server_that_only_ever_goes_away_fails_the_open_after_one_more_dial(mesh: Mesh) -> None:
+    """Every connection says GOAWAY before any tunnel: the open fails after the second dial rather than dialling
+    without end."""
+    mesh.drain.start()
+    with pytest.raises(ConnectionLostError, match="going away"):
+        await mesh.open()
+    assert mesh.connections_served == 2
+
+
 def _data_paths() -> int:
     return sum(1 for o in gc.get_objects() if type(o).__name__ == "DataPath")
 
@@ -394,6 +421,43 @@ async def test_the_server_reports_the_connections_addresses_whoever_asked_for_th
     finally:
         await stream.aclose()
     assert mesh.failures == []
+
+
+@pytest.mark.parametrize("then_close", [False, True], ids=["goaway", "goaway-and-close"])
+async def test_a_server_that_says_goaway_with_its_settings_fails_the_connect_as_lost_not_as_refused(
+    ca: LocalCa, tls_transport: TlsTransportKind, then_close: bool
+) -> None:
+    """A server that took our certificate and is going away at once (a proxy that accepted the connection as its
+    drain began): its SETTINGS and GOAWAY arrive together, its close maybe with them. The connect fails with
+    ConnectionLostError (the pool dials again), not as a refused certificate or a usable connection."""
+    client_cert, server_cert = await asyncio.gather(ca.fetch_certificate(CLIENT), ca.fetch_certificate(SERVER))
+    loop = asyncio.get_running_loop()
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.setblocking(False)
+    kept: list[asyncio.BaseTransport] = []
+
+    async def go_away_at_once() -> None:
+        sock, _ = await loop.sock_accept(listener)
+        transport, _ = await loop.connect_accepted_socket(asyncio.Protocol, sock, ssl=server_cert.server_context())
+        transport.write(wire.settings_frame([]) + wire.goaway(0, wire.NO_ERROR))
+        if then_close:
+            transport.close()
+        else:
+            kept.append(transport)
+
+    serving = asyncio.create_task(go_away_at_once())
+    try:
+        sock = await connect(FACTORY, listener.getsockname()[:2])
+        with pytest.raises(ConnectionLostError, match="going away"):
+            await HboneClient.connect(
+                sock, client_cert, frozenset({SERVER}), trust_domain=TD, tls_transport=tls_transport
+            )
+        await serving
+    finally:
+        serving.cancel()
+        for transport in kept:
+            transport.abort()
+        listener.close()
 
 
 async def test_a_server_that_never_sends_its_settings_fails_the_connect_at_the_timeout(

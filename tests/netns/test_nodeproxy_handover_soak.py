@@ -107,7 +107,7 @@ class Verified:
             await self.client.aclose()
 
 
-async def new_connections(rig: DrainRig, stop: asyncio.Event, outcomes: list[str]) -> None:
+async def new_connections(rig: DrainRig, stop: asyncio.Event, outcomes: list[str], began: float) -> None:
     """A connection per tunnel, dialled the way a node proxy's pool dials (one stream per connection, closed when
     it ends): a connection the old proxy accepted just before it was told to drain gets its GOAWAY before the
     CONNECT is sent, and the pool opens the tunnel on a fresh connection, as ztunnel's does. Anything else that
@@ -125,11 +125,18 @@ async def new_connections(rig: DrainRig, stop: asyncio.Event, outcomes: list[str
                     await stream.aclose()
                 outcomes.append("ok")
             except Exception as exc:  # counted: the test asserts none
-                outcomes.append(f"{type(exc).__name__}: {exc}")
+                outcomes.append(f"{type(exc).__name__}: {exc} (at {time.monotonic() - began:.2f} s)")
             n += 1
             await asyncio.sleep(NEW_EVERY)
     finally:
         await pool.aclose()
+
+
+def _noteworthy(rig: DrainRig) -> dict[int, list[str]]:
+    """Each proxy's log lines above INFO, and its drain's, for a failure's message."""
+    keep = ("WARNING", "ERROR", "drain", "successor")
+    lines = {proxy.proc.pid: proxy.log.read_text(errors="replace").splitlines() for proxy in rig.proxies}
+    return {pid: [line for line in text if any(k in line for k in keep)] for pid, text in lines.items()}
 
 
 async def test_tunnels_outlive_three_hand_overs_in_a_row_byte_for_byte_and_no_new_connection_fails(
@@ -145,27 +152,36 @@ async def test_tunnels_outlive_three_hand_overs_in_a_row_byte_for_byte_and_no_ne
             streams.append(Verified(f"s{n}", client, await client.open_tunnel(f"{POD_IP}:{ECHO_PORT}", [])))
         stop = asyncio.Event()
         outcomes: list[str] = []
+        began = time.monotonic()
+        timeline: list[str] = []  # what happened when, for a failure's message
+
+        def happened(what: str) -> None:
+            timeline.append(f"{time.monotonic() - began:.2f} s {what}")
+
         tasks = [asyncio.create_task(s.run(stop)) for s in streams]
-        tasks.append(asyncio.create_task(new_connections(rig, stop, outcomes)))
+        tasks.append(asyncio.create_task(new_connections(rig, stop, outcomes, began)))
         old: list[tuple[Proxy, float]] = []
         exited: dict[int, float] = {}
 
         async def watch(proxy: Proxy) -> None:
             await asyncio.get_running_loop().run_in_executor(None, proxy.proc.wait)
             exited[proxy.proc.pid] = time.monotonic()
+            happened(f"proxy {proxy.proc.pid} exited")
 
         watchers = []
-        began = time.monotonic()
         try:
             for turn in range(HAND_OVERS):
                 await asyncio.sleep(BETWEEN)
                 successor = rig.start_proxy(*FLAGS)
+                happened(f"proxy {successor.proc.pid} started")
                 await successor.ready()
+                happened(f"proxy {successor.proc.pid} ready")
                 deadline = time.monotonic() + UNTIL
                 while "successor holds every pod" not in current.log.read_text():
                     assert time.monotonic() < deadline, f"hand-over {turn + 1}: the old proxy was never told"
                     await asyncio.sleep(0.05)
                 current.stop(signal.SIGTERM)
+                happened(f"proxy {current.proc.pid} told to stop (SIGTERM)")
                 old.append((current, time.monotonic()))
                 watchers.append(asyncio.create_task(watch(current)))
                 current = successor
@@ -189,7 +205,7 @@ async def test_tunnels_outlive_three_hand_overs_in_a_row_byte_for_byte_and_no_ne
         )
         assert [s.outcome for s in streams] == ["ended"] * STREAMS, [(s.name, s.outcome) for s in streams]
         assert all(s.verified == s.sent >= CHUNK * 10 for s in streams), [(s.sent, s.verified) for s in streams]
-        assert failed == [] and len(outcomes) >= 10, failed[:10]
+        assert failed == [] and len(outcomes) >= 10, (failed[:10], timeline, _noteworthy(rig))
         # The first old proxy held every tunnel from the first hand-over to their end, far past its 1 s bound, and
         # exited once they ended; the later ones, holding no tunnel, exited before the tunnels were told to end.
         assert stopping <= exited[old[0][0].proc.pid] and exits[0] > HAND_OVERS * BETWEEN, exits

@@ -60,6 +60,8 @@ class FakeConnection:
         self.closed = False
         self.close_calls = 0
         self.dead = False
+        self.going_away = False
+        """Its peer said GOAWAY: no new stream on it, as HboneClient's ``available`` says then."""
         self.refuse: int | None = None
         self.attempts = 0
         self.on_idle: Callable[[], None] | None = None
@@ -80,7 +82,7 @@ class FakeConnection:
 
     @property
     def available(self) -> bool:
-        return not self.closed and self.streams < self.capacity
+        return not self.closed and not self.going_away and self.streams < self.capacity
 
     @property
     def active_streams(self) -> int:

@@ -101,6 +101,63 @@ async def test_a_second_dead_connection_fails_the_open(pool: ConnectionPool, dia
     assert pool.stats()["connections"] == 0
 
 
+async def test_a_dial_whose_connection_is_going_away_is_closed_and_the_open_dials_once_more(
+    pool: ConnectionPool, dialer: Dialer
+) -> None:
+    """Its server accepted it as it began to drain (its GOAWAY came with its SETTINGS): the open goes on a fresh
+    connection, the first is closed without a stream having been tried on it."""
+    original = Dialer.__call__
+
+    async def dial() -> FakeConnection:
+        connection = await original(dialer)
+        connection.going_away = len(dialer.made) == 1
+        return connection
+
+    stream = await pool.open_tunnel(KEY, "10.0.0.1:80", [], dial)
+    assert stream.connection is dialer.made[1]
+    assert dialer.made[0].closed and dialer.made[0].attempts == 0
+    assert pool.stats()["connections"] == 1
+
+
+async def test_a_peer_that_only_ever_goes_away_fails_the_open_after_the_second_dial(
+    pool: ConnectionPool, dialer: Dialer
+) -> None:
+    original = Dialer.__call__
+
+    async def dial() -> FakeConnection:
+        connection = await original(dialer)
+        connection.going_away = True
+        return connection
+
+    with pytest.raises(ConnectionLostError, match="going away"):
+        await pool.open_tunnel(KEY, "10.0.0.1:80", [], dial)
+    assert len(dialer.made) == 2 and all(c.closed for c in dialer.made)
+    assert pool.stats()["connections"] == 0
+
+
+async def test_a_dial_that_fails_as_lost_is_retried_once_and_a_second_loss_fails_the_open(
+    pool: ConnectionPool, dialer: Dialer
+) -> None:
+    """HboneClient.connect fails with ConnectionLostError when the peer took our certificate and went away before
+    the first tunnel (its close came with its GOAWAY): safe to dial again, once."""
+    losses = [ConnectionLostError("going away")]
+
+    async def dial() -> FakeConnection:
+        if losses:
+            raise losses.pop()
+        return await dialer()
+
+    stream = await pool.open_tunnel(KEY, "10.0.0.1:80", [], dial)
+    assert stream.connection is dialer.made[0] and len(dialer.made) == 1
+    dialer.error = ConnectionLostError("going away again")
+    stream.finish()
+    dialer.made[0].lose()
+    await settle()
+    losses.append(ConnectionLostError("going away"))
+    with pytest.raises(ConnectionLostError, match="going away again"):
+        await pool.open_tunnel(KEY, "10.0.0.1:80", [], dial)
+
+
 async def test_a_refused_tunnel_is_not_retried(pool: ConnectionPool, dialer: Dialer) -> None:
     await pool.open_tunnel(KEY, "10.0.0.1:80", [], dialer)
     dialer.made[0].refuse = 401
@@ -197,7 +254,7 @@ async def test_a_connection_at_the_pools_stream_limit_is_passed_over_without_ask
     _CountingConnection.asked = 0
     streams.append(await pool.open_tunnel(KEY, "10.0.0.1:80", [], dial))  # all five busy: a sixth dial
     assert len(made) == 6
-    assert _CountingConnection.asked == 1  # the new connection only, none of the five at their limit
+    assert _CountingConnection.asked == 2  # the new one only (as its dial ends, and chosen), none of the five
     assert {s.connection for s in streams} == set(made)
 
 

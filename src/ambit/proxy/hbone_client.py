@@ -6,7 +6,10 @@ no SNI: ``server_hostname=""``), and only then judges the server: ALPN must be `
 name one of the ``expected`` identities in our trust domain (:func:`ambit.tls.spiffe.check_peer`). The HTTP/2
 preface is sent after that check, and ``connect`` returns once the server's first frames arrive: under TLS 1.3
 the server judges our certificate after our handshake has finished, so a server that refuses us shows up here as
-a closed connection rather than later, in the middle of someone's tunnel.
+a closed connection rather than later, in the middle of someone's tunnel. A server that took our certificate (its
+SETTINGS arrived) but is already going away (its GOAWAY, or its close, came with them: a proxy that accepted the
+connection as its drain began) fails the connect with :class:`~ambit.proxy.hbone_stream.ConnectionLostError`,
+which the pool retries on a fresh connection.
 
 Each :meth:`HboneClient.open_tunnel` is one CONNECT stream; it claims its stream slot synchronously (before its
 first suspension, as :class:`~ambit.proxy.pool.ConnectionPool` requires) and waits for the server's status.
@@ -139,6 +142,10 @@ class HboneClient:
             session.release()  # the HTTP/2 preface, only now that we know whom we talk to
             if not await _heard_within(session, timeout):
                 raise HboneConnectError(f"{peer_name} sent no HTTP/2 settings", ResponseFlag.CONNECT_FAILURE)
+            if core.peer_ready and (core.draining or session.transport is None or session.terminated is not None):
+                # It took our certificate (it spoke HTTP/2) and is going away already: a proxy that accepted us as
+                # its drain began. Safe to dial again: nothing was sent on it.
+                raise ConnectionLostError(f"{peer_name} is going away: it said GOAWAY before the first tunnel")
             if session.transport is None or session.terminated is not None:
                 raise HboneConnectError(
                     f"{peer_name} closed the connection after the handshake (did it refuse our certificate?)",

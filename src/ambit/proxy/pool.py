@@ -18,7 +18,11 @@ Invariants:
 - At most ``max_streams`` openers wait on one dial; the dial's result is shared by all of them (failure too: a
   dead destination fails a burst once, not a hundred times).
 - A connection that turns out dead while opening (:class:`ConnectionLostError`) is dropped and the open retried
-  once on a connection chosen afresh; any other failure (a refused tunnel, a failed dial) goes to the caller.
+  once on a connection chosen afresh; so is a dial whose new connection is going away before its first tunnel
+  (its server accepted it as it began to drain: the dial fails with :class:`ConnectionLostError`, or returns a
+  connection that is not ``available``). Once, not until one works: a server that only ever goes away fails the
+  open after the second dial instead of being dialed in a loop. Any other failure (a refused tunnel, a failed
+  dial) goes to the caller.
 - A connection with no streams for ``idle_timeout`` is closed by :meth:`ConnectionPool.reap_idle`, which the
   owner calls periodically; dead connections are forgotten there too. Idleness is the connection's own
   ``idle_since``, so the pool's ``clock`` must be the clock the connections were made with.
@@ -147,7 +151,13 @@ class ConnectionPool:
         """A CONNECT tunnel to ``authority`` over a connection of ``key``; ``dial`` makes a new one if needed."""
         retried = False
         while True:
-            connection = await self._acquire(key, dial)
+            try:
+                connection = await self._acquire(key, dial)
+            except ConnectionLostError:  # the dialed connection was going away before its first tunnel
+                if retried:
+                    raise
+                retried = True
+                continue
             try:
                 return await connection.open_tunnel(authority, headers)
             except ConnectionLostError:
@@ -291,6 +301,9 @@ class ConnectionPool:
                 if self._closed:
                     connection.close()
                     pending.future.set_exception(PoolClosedError("the connection pool is closed"))
+                elif not connection.available:  # going away already (its GOAWAY came with its SETTINGS)
+                    connection.close()
+                    pending.future.set_exception(ConnectionLostError(f"{key}: the new connection is going away"))
                 else:
                     self._buckets.setdefault(key, bucket).connections.append(connection)
                     connection.when_closed(functools.partial(self._remove, key, connection))
