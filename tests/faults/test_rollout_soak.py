@@ -58,7 +58,7 @@ from tests.faults.scene import (
     set_up,
 )
 
-SHORT_SECONDS = 80.0
+SHORT_SECONDS = 48.0
 PROFILES = [float(each) for each in os.environ.get("AMBIT_SOAK_SECONDS", f"{SHORT_SECONDS:g}").split(",")]
 """Seconds from the streams being up until the client is stopped, one test per value."""
 UNTIL = float(os.environ.get("AMBIT_SOAK_UNTIL", "inf"))
