@@ -158,6 +158,31 @@ async def test_a_dial_that_fails_as_lost_is_retried_once_and_a_second_loss_fails
         await pool.open_tunnel(KEY, "10.0.0.1:80", [], dial)
 
 
+class _DyingConnection(FakeConnection):
+    """Alive when the dial's end asks, closed by the time its opener comes for it (the peer dropped it meanwhile)."""
+
+    @property
+    def available(self) -> bool:
+        alive = super().available
+        self.closed = True
+        return alive
+
+
+async def test_new_connections_that_die_before_their_first_tunnel_fail_the_open_after_the_second(clock: Clock) -> None:
+    """A peer that takes each connection and drops it before the opener gets to it (after the dial's own check): the
+    acquire gives up at the second such connection instead of dialing in a loop (and the open, retried once, too)."""
+    pool = ConnectionPool(idle_timeout=0.0, clock=clock, max_streams=1)
+    made: list[_DyingConnection] = []
+
+    async def dial() -> _DyingConnection:
+        made.append(_DyingConnection(clock, f"conn{len(made)}"))
+        return made[-1]
+
+    with pytest.raises(ConnectionLostError, match="gone before their first tunnel"):
+        await pool.open_tunnel(KEY, "10.0.0.1:80", [], dial)
+    assert len(made) == 4 and all(c.attempts == 0 for c in made)  # the open's one retry: two acquires of two dials
+
+
 async def test_a_refused_tunnel_is_not_retried(pool: ConnectionPool, dialer: Dialer) -> None:
     await pool.open_tunnel(KEY, "10.0.0.1:80", [], dialer)
     dialer.made[0].refuse = 401
@@ -321,7 +346,8 @@ async def test_an_open_does_not_ask_every_connection_of_its_key_whether_it_is_cl
     _ClosedCountingConnection.asked = 0
     await pool.open_tunnel(KEY, "10.0.0.1:80", [], dial)
     assert len(made) == 6
-    assert _ClosedCountingConnection.asked <= 2  # the new connection's ``available`` (twice at most), none of the five
+    # The new connection only: its ``available`` (twice at most) and once whether it was gone before its opener came.
+    assert _ClosedCountingConnection.asked <= 3
 
 
 async def test_a_connection_that_says_it_is_gone_is_forgotten_with_its_key(

@@ -21,8 +21,9 @@ Invariants:
   once on a connection chosen afresh; so is a dial whose new connection is going away before its first tunnel
   (its server accepted it as it began to drain: the dial fails with :class:`ConnectionLostError`, or returns a
   connection that is not ``available``). Once, not until one works: a server that only ever goes away fails the
-  open after the second dial instead of being dialed in a loop. Any other failure (a refused tunnel, a failed
-  dial) goes to the caller.
+  open after the second dial instead of being dialed in a loop. Likewise an acquire whose awaited dials twice gave a
+  connection that was closed by the time it came for it (:data:`_DIALS_GONE`) fails rather than dialing on. Any
+  other failure (a refused tunnel, a failed dial) goes to the caller.
 - A connection with no streams for ``idle_timeout`` is closed by :meth:`ConnectionPool.reap_idle`, which the
   owner calls periodically; dead connections are forgotten there too. Idleness is the connection's own
   ``idle_since``, so the pool's ``clock`` must be the clock the connections were made with.
@@ -118,6 +119,11 @@ class _Bucket:
         self.connections = connections
         if self.used:
             self.used.intersection_update(connections)
+
+
+_DIALS_GONE = 2
+"""An acquire gives up once this many of the connections it waited for were closed before it could use them: a peer
+that takes each connection and drops it at once is not dialed in a loop."""
 
 
 class ConnectionPool:
@@ -231,6 +237,7 @@ class ConnectionPool:
 
     async def _acquire(self, key: PoolKey, dial: Callable[[], Awaitable[PooledConnection]]) -> PooledConnection:
         """A connection of ``key`` with a free slot: reused, shared from a dial in flight, or freshly dialed."""
+        lost_dials = 0  # dials awaited whose connection was closed by the time we came back for it
         while True:
             if self._closed:
                 raise PoolClosedError("the connection pool is closed")
@@ -272,7 +279,13 @@ class ConnectionPool:
             pending.waiters += 1
             # Every waiter, not only the dialer, sees the dial's failure; shield so one cancelled opener
             # does not cancel the dial the others share.
-            await asyncio.shield(pending.future)
+            dialed = await asyncio.shield(pending.future)
+            if dialed.closed:  # it died before its first tunnel (a server that refused us, or went away)
+                lost_dials += 1
+                if lost_dials >= _DIALS_GONE:
+                    raise ConnectionLostError(
+                        f"{key}: {lost_dials} new connections were gone before their first tunnel"
+                    )
             # Loop: the new connection is now in the bucket, and we compete for its slots like anyone else.
 
     def _start_dial(self, key: PoolKey, bucket: _Bucket, dial: Callable[[], Awaitable[PooledConnection]]) -> _Dial:
