@@ -109,9 +109,9 @@ class Verified:
 
 async def new_connections(rig: DrainRig, stop: asyncio.Event, outcomes: list[str], began: float) -> None:
     """A connection per tunnel, dialled the way a node proxy's pool dials (one stream per connection, closed when
-    it ends): the CONNECT goes out with the preface, so a connection the old proxy accepted just before it was told
-    to drain carries its tunnel (sent before the graceful GOAWAY named the last stream); one that is gone or going
-    away before its tunnel is dialled again once, as ztunnel's pool would. Anything that fails is counted."""
+    it ends): a connection the old proxy accepted just before it was told to drain gets its GOAWAY before the
+    CONNECT is sent, and the pool opens the tunnel on a fresh connection, as ztunnel's does. Anything else that
+    fails is counted."""
     pool = ConnectionPool(max_streams=1, idle_timeout=0)
     key = PoolKey(CLIENT_ID, frozenset({POD_ID}), "client", (POD_IP, 15008))
     n = 0
