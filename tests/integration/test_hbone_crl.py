@@ -96,8 +96,8 @@ async def test_without_a_crl_file_connections_work_and_are_tracked(rig: tuple[Me
 async def test_a_revoked_client_certificate_is_refused_inbound(rig: tuple[Mesh, Side, Side, Pki]) -> None:
     mesh, server, client, pki = rig
     assert server.write(pki.crl(pki.inter, [serial(mesh.client_cert.chain_pem[0])]))
-    with pytest.raises(HboneConnectError) as caught:  # on the first tunnel: the server judges us after our handshake
-        await mesh.open()
+    with pytest.raises(HboneConnectError) as caught:
+        await mesh.dial()
     assert caught.value.flag == "TLS_FAILURE"
     await until(lambda: bool(mesh.failures))
     assert "revoked" in mesh.failures[0] and str(CLIENT) in mesh.failures[0]
@@ -128,7 +128,7 @@ async def test_an_intermediate_revoked_by_the_roots_crl_is_refused_both_ways(
     await until(lambda: server.rejections("destination") == 1)
     client.write(b"")  # the client no longer minds; the server still refuses the client's chain
     with pytest.raises(HboneConnectError):
-        await mesh.open()
+        await mesh.dial()
     await until(lambda: server.rejections("destination") == 2)
     assert client.rejections("source") == 1
 
@@ -163,7 +163,7 @@ async def test_a_crl_update_closes_an_established_inbound_connection(rig: tuple[
     assert server.manager.tracked == 0
     await until(lambda: mesh.pool.stats()["connections"] == 0)
     with pytest.raises(HboneConnectError):
-        await mesh.open()
+        await mesh.dial()
 
 
 async def test_a_crl_update_closes_an_established_outbound_connection(rig: tuple[Mesh, Side, Side, Pki]) -> None:
@@ -194,12 +194,12 @@ async def test_a_broken_or_missing_crl_file_keeps_the_last_good_crl(rig: tuple[M
     assert not server.write(b"-----BEGIN X509 CRL-----\ngarbage\n-----END X509 CRL-----\n")
     assert "last CRL stays in force" in server.manager.error
     with pytest.raises(HboneConnectError):
-        await mesh.open()
+        await mesh.dial()
     server.path.unlink()
     assert not server.manager.poll()
     assert "gone" in server.manager.error
     with pytest.raises(HboneConnectError):
-        await mesh.open()
+        await mesh.dial()
     assert server.write(b"")  # an empty file withdraws the revocations
     assert server.manager.error == ""
     assert await echo_once(mesh, b"welcome back") == b"welcome back"

@@ -90,8 +90,6 @@ class FakeConnection:
 
     async def open_tunnel(self, authority: str, headers: Sequence[tuple[str, str]]) -> Any:
         self.attempts += 1
-        if self.closed or self.going_away:  # as HboneClient's: never a stream on a connection that is gone
-            raise ConnectionLostError(f"{self.name} is gone" if self.closed else f"{self.name} is going away")
         if self.dead:
             self.closed = True
             raise ConnectionLostError(f"{self.name} is dead")

@@ -115,7 +115,7 @@ async def test_a_dial_whose_connection_is_going_away_is_closed_and_the_open_dial
 
     stream = await pool.open_tunnel(KEY, "10.0.0.1:80", [], dial)
     assert stream.connection is dialer.made[1]
-    assert dialer.made[0].closed and dialer.made[0].attempts == 1  # its opener tried it and was told
+    assert dialer.made[0].closed and dialer.made[0].attempts == 0
     assert pool.stats()["connections"] == 1
 
 
@@ -158,22 +158,29 @@ async def test_a_dial_that_fails_as_lost_is_retried_once_and_a_second_loss_fails
         await pool.open_tunnel(KEY, "10.0.0.1:80", [], dial)
 
 
-async def test_a_new_connection_gone_before_its_opener_came_is_handed_to_it_and_the_open_retried_once(
-    pool: ConnectionPool, dialer: Dialer
-) -> None:
-    """A peer that takes each connection and drops it before the opener gets to it: the opener tries the one dialed
-    for it (its ``open_tunnel`` says why it is gone, which a refused certificate needs), the open is retried once,
-    and then fails, instead of the pool dialing in a loop."""
-    original = Dialer.__call__
+class _DyingConnection(FakeConnection):
+    """Alive when the dial's end asks, closed by the time its opener comes for it (the peer dropped it meanwhile)."""
 
-    async def dial() -> FakeConnection:
-        connection = await original(dialer)
-        asyncio.get_running_loop().call_soon(connection.lose)
-        return connection
+    @property
+    def available(self) -> bool:
+        alive = super().available
+        self.closed = True
+        return alive
 
-    with pytest.raises(ConnectionLostError, match="is gone"):
+
+async def test_new_connections_that_die_before_their_first_tunnel_fail_the_open_after_the_second(clock: Clock) -> None:
+    """A peer that takes each connection and drops it before the opener gets to it (after the dial's own check): the
+    acquire gives up at the second such connection instead of dialing in a loop (and the open, retried once, too)."""
+    pool = ConnectionPool(idle_timeout=0.0, clock=clock, max_streams=1)
+    made: list[_DyingConnection] = []
+
+    async def dial() -> _DyingConnection:
+        made.append(_DyingConnection(clock, f"conn{len(made)}"))
+        return made[-1]
+
+    with pytest.raises(ConnectionLostError, match="gone before their first tunnel"):
         await pool.open_tunnel(KEY, "10.0.0.1:80", [], dial)
-    assert len(dialer.made) == 2 and all(c.attempts == 1 for c in dialer.made)
+    assert len(made) == 4 and all(c.attempts == 0 for c in made)  # the open's one retry: two acquires of two dials
 
 
 async def test_a_refused_tunnel_is_not_retried(pool: ConnectionPool, dialer: Dialer) -> None:
@@ -272,7 +279,7 @@ async def test_a_connection_at_the_pools_stream_limit_is_passed_over_without_ask
     _CountingConnection.asked = 0
     streams.append(await pool.open_tunnel(KEY, "10.0.0.1:80", [], dial))  # all five busy: a sixth dial
     assert len(made) == 6
-    assert _CountingConnection.asked == 2  # the new one only (as its opener comes back, and chosen), none of the five
+    assert _CountingConnection.asked == 2  # the new one only (as its dial ends, and chosen), none of the five
     assert {s.connection for s in streams} == set(made)
 
 
@@ -339,7 +346,7 @@ async def test_an_open_does_not_ask_every_connection_of_its_key_whether_it_is_cl
     _ClosedCountingConnection.asked = 0
     await pool.open_tunnel(KEY, "10.0.0.1:80", [], dial)
     assert len(made) == 6
-    # The new connection only: its ``available`` (twice at most) and its own ``open_tunnel``'s check; none of the five.
+    # The new connection only: its ``available`` (twice at most) and once whether it was gone before its opener came.
     assert _ClosedCountingConnection.asked <= 3
 
 

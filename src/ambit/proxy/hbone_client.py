@@ -4,15 +4,12 @@ Theory of operation: :meth:`HboneClient.connect` takes a TCP socket the caller a
 pod's network namespace, runs the TLS 1.3 handshake over it with the source workload's certificate (ALPN ``h2``,
 no SNI: ``server_hostname=""``), and only then judges the server: ALPN must be ``h2`` and its certificate must
 name one of the ``expected`` identities in our trust domain (:func:`ambit.tls.spiffe.check_peer`). The HTTP/2
-preface is sent after that check, and ``connect`` returns at once, without waiting for the server's SETTINGS (as
-ztunnel's client does): the first CONNECT goes out with the preface, saving a round trip per new connection. Under
-TLS 1.3 the server judges our certificate after our handshake has finished, so a server that refuses us shows up
-on the first tunnel: the connection closes before the server said anything, and that tunnel fails with
-:class:`HboneConnectError` (``TLS_FAILURE``, not retried: a second dial would be refused the same way). A server
-that says nothing at all is given ``timeout`` seconds from the handshake's end, then the connection is aborted
-(``CONNECT_FAILURE``). A server that spoke HTTP/2 and then went away (a proxy that accepted the connection as its
-drain began) fails the tunnel with :class:`~ambit.proxy.hbone_stream.ConnectionLostError`, which the pool retries
-on a fresh connection.
+preface is sent after that check, and ``connect`` returns once the server's first frames arrive: under TLS 1.3
+the server judges our certificate after our handshake has finished, so a server that refuses us shows up here as
+a closed connection rather than later, in the middle of someone's tunnel. A server that took our certificate (its
+SETTINGS arrived) but is already going away (its GOAWAY, or its close, came with them: a proxy that accepted the
+connection as its drain began) fails the connect with :class:`~ambit.proxy.hbone_stream.ConnectionLostError`,
+which the pool retries on a fresh connection.
 
 Each :meth:`HboneClient.open_tunnel` is one CONNECT stream; it claims its stream slot synchronously (before its
 first suspension, as :class:`~ambit.proxy.pool.ConnectionPool` requires) and waits for the server's status.
@@ -72,39 +69,10 @@ class TunnelRefusedError(ProxyError):
 class HboneClient:
     """One client HBONE connection (HTTP/2 over mutual TLS) carrying many CONNECT tunnels."""
 
-    def __init__(
-        self,
-        session: HboneSession,
-        core: HboneClientConnection,
-        peer: SpiffeId,
-        peer_name: str = "?",
-        silence: float | None = None,
-    ) -> None:
-        """``silence``: seconds the server has to speak (its SETTINGS) before the connection is given up."""
+    def __init__(self, session: HboneSession, core: HboneClientConnection, peer: SpiffeId) -> None:
         self._session = session
         self._core = core
         self._peer = peer
-        self._peer_name = peer_name
-        self._silent = False
-        if silence is not None and not session.heard_from_peer.done():
-            timer = session.loop.call_later(silence, self._silence_over, silence)
-            session.heard_from_peer.add_done_callback(lambda _: timer.cancel())
-
-    def _unheard(self) -> HboneConnectError:
-        """Why a connection the server closed before it said anything failed: its silence, or a refusal."""
-        if self._silent:
-            return HboneConnectError(str(self._session.terminated), ResponseFlag.CONNECT_FAILURE)
-        return HboneConnectError(
-            f"{self._peer_name} closed the connection after the handshake (did it refuse our certificate?):"
-            f" {self._session.terminated}",
-            ResponseFlag.TLS_FAILURE,
-        )
-
-    def _silence_over(self, silence: float) -> None:
-        session = self._session
-        if not session.received_any and session.transport is not None:
-            self._silent = True
-            session.abort(f"{self._peer_name} sent no HTTP/2 settings within {silence:g} s")
 
     @classmethod
     async def connect(
@@ -172,10 +140,21 @@ class HboneClient:
             if revocation is not None:
                 _track(revocation, transport, session, peer, peer_name)
             session.release()  # the HTTP/2 preface, only now that we know whom we talk to
+            if not await _heard_within(session, timeout):
+                raise HboneConnectError(f"{peer_name} sent no HTTP/2 settings", ResponseFlag.CONNECT_FAILURE)
+            if core.peer_ready and (core.draining or session.transport is None or session.terminated is not None):
+                # It took our certificate (it spoke HTTP/2) and is going away already: a proxy that accepted us as
+                # its drain began. Safe to dial again: nothing was sent on it.
+                raise ConnectionLostError(f"{peer_name} is going away: it said GOAWAY before the first tunnel")
+            if session.transport is None or session.terminated is not None:
+                raise HboneConnectError(
+                    f"{peer_name} closed the connection after the handshake (did it refuse our certificate?)",
+                    ResponseFlag.TLS_FAILURE,
+                )
         except BaseException:
             transport.abort()
             raise
-        return cls(session, core, peer, peer_name, timeout)
+        return cls(session, core, peer)
 
     @property
     def peer_identity(self) -> SpiffeId:
@@ -223,8 +202,6 @@ class HboneClient:
     async def open_tunnel(self, authority: str, headers: Sequence[tuple[str, str]]) -> HboneStream:
         """CONNECT to ``authority``; the tunnel once the server answered 200, else :class:`TunnelRefusedError`."""
         if self.closed:
-            if not self._session.received_any:  # gone before it spoke: why (a refusal is not worth a retry)
-                raise self._unheard()
             raise ConnectionLostError(f"{self._session.name}: {self._session.terminated or 'connection closed'}")
         if self._core.draining:  # the peer said GOAWAY: a new connection may land on its successor
             raise ConnectionLostError(f"{self._session.name}: the peer is going away")
@@ -236,10 +213,6 @@ class HboneClient:
         except asyncio.CancelledError:
             stream.abort()
             raise
-        except ConnectionLostError:
-            if self._session.received_any:  # it spoke HTTP/2 (it took our certificate), then went: safe to retry
-                raise
-            raise self._unheard() from None
         if status != 200:
             raise TunnelRefusedError(status, response_headers)
         return stream
@@ -260,6 +233,28 @@ class HboneClient:
 
     def __repr__(self) -> str:
         return f"<HboneClient {self._session.name} streams={self.active_streams}>"
+
+
+async def _heard_within(session: HboneSession, timeout: float) -> bool:  # noqa: ASYNC109
+    """Whether the peer spoke (or the connection was lost) within ``timeout`` seconds: one timer and one future, not
+    ``asyncio.timeout`` around an ``Event``'s wait (Python objects and frames per connection)."""
+    heard = session.heard_from_peer
+    if heard.done():
+        return True
+    waiter: asyncio.Future[None] = session.loop.create_future()
+
+    def wake(_: object = None) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    heard.add_done_callback(wake)
+    timer = session.loop.call_later(timeout, wake)
+    try:
+        await waiter
+    finally:
+        timer.cancel()
+        heard.remove_done_callback(wake)
+    return heard.done()
 
 
 def _track(

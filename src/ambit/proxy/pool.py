@@ -18,11 +18,12 @@ Invariants:
 - At most ``max_streams`` openers wait on one dial; the dial's result is shared by all of them (failure too: a
   dead destination fails a burst once, not a hundred times).
 - A connection that turns out dead while opening (:class:`ConnectionLostError`) is dropped and the open retried
-  once on a connection chosen afresh; any other failure (a refused tunnel, a failed dial) goes to the caller.
-  A new connection that is gone or going away before its first tunnel (its server refused our certificate, or
-  accepted us as it began to drain) is handed to its opener all the same, whose ``open_tunnel`` says which: a
-  refusal fails the open, a going-away is retried once. Once, not until one works: a server that only ever goes
-  away fails the open after the second dial instead of being dialed in a loop.
+  once on a connection chosen afresh; so is a dial whose new connection is going away before its first tunnel
+  (its server accepted it as it began to drain: the dial fails with :class:`ConnectionLostError`, or returns a
+  connection that is not ``available``). Once, not until one works: a server that only ever goes away fails the
+  open after the second dial instead of being dialed in a loop. Likewise an acquire whose awaited dials twice gave a
+  connection that was closed by the time it came for it (:data:`_DIALS_GONE`) fails rather than dialing on. Any
+  other failure (a refused tunnel, a failed dial) goes to the caller.
 - A connection with no streams for ``idle_timeout`` is closed by :meth:`ConnectionPool.reap_idle`, which the
   owner calls periodically; dead connections are forgotten there too. Idleness is the connection's own
   ``idle_since``, so the pool's ``clock`` must be the clock the connections were made with.
@@ -118,6 +119,11 @@ class _Bucket:
         self.connections = connections
         if self.used:
             self.used.intersection_update(connections)
+
+
+_DIALS_GONE = 2
+"""An acquire gives up once this many of the connections it waited for were closed before it could use them: a peer
+that takes each connection and drops it at once is not dialed in a loop."""
 
 
 class ConnectionPool:
@@ -231,6 +237,7 @@ class ConnectionPool:
 
     async def _acquire(self, key: PoolKey, dial: Callable[[], Awaitable[PooledConnection]]) -> PooledConnection:
         """A connection of ``key`` with a free slot: reused, shared from a dial in flight, or freshly dialed."""
+        lost_dials = 0  # dials awaited whose connection was closed by the time we came back for it
         while True:
             if self._closed:
                 raise PoolClosedError("the connection pool is closed")
@@ -273,11 +280,12 @@ class ConnectionPool:
             # Every waiter, not only the dialer, sees the dial's failure; shield so one cancelled opener
             # does not cancel the dial the others share.
             dialed = await asyncio.shield(pending.future)
-            if not dialed.available and (dialed.active_streams == 0 or dialed.closed):
-                # Gone or going away before its first tunnel (a server that refused our certificate, or accepted
-                # us as it began to drain): its opener tries it, and its ``open_tunnel`` says which (a refusal is
-                # final, a going-away is retried once by ``open_tunnel``), rather than our dialing again.
-                return dialed
+            if dialed.closed:  # it died before its first tunnel (a server that refused us, or went away)
+                lost_dials += 1
+                if lost_dials >= _DIALS_GONE:
+                    raise ConnectionLostError(
+                        f"{key}: {lost_dials} new connections were gone before their first tunnel"
+                    )
             # Loop: the new connection is now in the bucket, and we compete for its slots like anyone else.
 
     def _start_dial(self, key: PoolKey, bucket: _Bucket, dial: Callable[[], Awaitable[PooledConnection]]) -> _Dial:
@@ -306,6 +314,9 @@ class ConnectionPool:
                 if self._closed:
                     connection.close()
                     pending.future.set_exception(PoolClosedError("the connection pool is closed"))
+                elif not connection.available:  # going away already (its GOAWAY came with its SETTINGS)
+                    connection.close()
+                    pending.future.set_exception(ConnectionLostError(f"{key}: the new connection is going away"))
                 else:
                     self._buckets.setdefault(key, bucket).connections.append(connection)
                     connection.when_closed(functools.partial(self._remove, key, connection))
