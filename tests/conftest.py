@@ -26,7 +26,7 @@ from types import ModuleType
 
 import pytest
 from hypothesis import HealthCheck, settings
-from tests import harness
+from tests import harness, lab_streams
 from tests.harness import ServerProcess, free_port
 
 from ambit import native
@@ -138,6 +138,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
     items[:] = keep
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> bool | None:
+    """With ``AMBIT_LAB_QUEUE``, run only the modules this stream takes from the queue (tests/lab_streams.py);
+    otherwise pytest's own loop runs every test."""
+    queue = os.environ.get(lab_streams.QUEUE_VARIABLE)
+    if not queue or session.config.option.collectonly:
+        return None
+    if session.testsfailed and not session.config.option.continue_on_collection_errors:
+        raise session.Interrupted(f"{session.testsfailed} errors during collection")
+    lab_streams.run_from_queue(session, Path(queue), REPO)
+    return True
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

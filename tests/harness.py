@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.server_process import free_port
+from tests import lab_streams
 
 __all__ = [
     "ServerProcess",
@@ -199,7 +200,8 @@ def root_lab_lock(wait: float) -> Iterator[None]:
                         if time.monotonic() > deadline:
                             pytest.fail(f"another lab held {ROOT_LAB_LOCK} for {wait:.0f} s")
                         time.sleep(0.1)
-        _sweep_dead_labs()
+        if not lab_streams.is_secondary():  # tests/lab_streams.py rule 3
+            _sweep_dead_labs()
         yield
     finally:
         os.close(fd)
