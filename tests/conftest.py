@@ -7,7 +7,8 @@ machine's tests split in two that run at once: ``lab``, those that bring up a la
 (``LAB_DIRECTORIES``, ``LAB_MODULES``, the ``root_lab_lock`` and ``new_lab`` fixtures: a lab's names), and
 ``host``, those whose namespaces, links and tables carry names of their own and never a lab's addresses in the
 root namespace. The environment variable ``AMBIT_TEST_SHARE`` (``machine``, ``lab``, ``host`` or ``rest``;
-``machine`` is ``lab`` and ``host``) picks a share; without it every test runs.
+``machine`` is ``lab`` and ``host``) picks a share; without it every test runs. ``make test`` runs the lab share in
+two streams that take its modules from one queue (``tests/lab_streams.py``, :func:`pytest_runtestloop`).
 
 Garbage is pinned to the test that made it: in the suites that run real servers and sockets (``GC_PINNED``), a
 full collection runs at each test's teardown, after its event loop is closed, so an unclosed transport or socket

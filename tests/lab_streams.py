@@ -4,9 +4,11 @@ The lab share is the suite's longest line: its tests bring up labs one after the
 the other shares are done, a second pytest process (the *secondary* stream) runs beside the first (the *primary*),
 in a network namespace and with a ``/run/netns`` and ``/run/lock`` of its own (a machine of its own, as far as labs
 go: its labs' bridge address, pod routes, named namespaces and lab lock cannot meet the primary's). Both collect the
-whole share and take its modules from a queue file in their order, a module at a time; a module one stream took,
-the other skips. Whichever stream is free takes the next module, so the two end within about one module of each
-other.
+whole share and take its modules from a queue file, a module at a time; a module one stream took, the other
+skips. The primary takes them in pytest's order (the modules on the shared mesh lab first), the secondary from the
+end backwards (the modules with labs of their own first, so it seldom brings up a shared lab of its own); whichever
+stream is free takes its next module, so the two meet somewhere in the middle and end within about one module of
+each other.
 
 Rules:
 
@@ -88,6 +90,8 @@ def run_from_queue(session: pytest.Session, queue: Path, root: Path) -> None:
     """Run the modules this stream takes from ``queue`` (rules 1 and 2), as pytest's own loop runs items."""
     secondary = stream() == "secondary"
     groups = _groups(session.items, root)
+    if secondary:
+        groups.reverse()  # from the end backwards; each module's own tests keep their order
     mine: set[str] = set()
 
     def next_group(position: int) -> int | None:

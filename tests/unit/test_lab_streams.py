@@ -105,11 +105,22 @@ def test_the_secondary_stream_leaves_the_primary_only_modules(tmp_path: Path, mo
     hook = _Hook()
     config = _Config(hook)
     sweep = ROOT / "tests" / "netns" / "test_dead_lab_sweep.py"
-    session = _Session([_Item("sweep::1", sweep, config), _Item("a::1", ROOT / "tests" / "e2e" / "a.py", config)])
+    session = _Session([_Item("a::1", ROOT / "tests" / "e2e" / "a.py", config), _Item("sweep::1", sweep, config)])
     lab_streams.run_from_queue(session, tmp_path / "queue", ROOT)  # type: ignore[arg-type]
     assert hook.ran == [("a::1", None)]
     assert "tests/netns/test_dead_lab_sweep.py" in lab_streams.PRIMARY_ONLY
     assert lab_streams.take(tmp_path / "queue", "tests/netns/test_dead_lab_sweep.py"), "left for the primary"
+
+
+def test_the_secondary_stream_takes_modules_from_the_end_backwards(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(lab_streams.STREAM_VARIABLE, "secondary")
+    queue = tmp_path / "queue"
+    assert lab_streams.take(queue, "tests/e2e/a.py")  # the primary has a
+    session, hook = _session("a::1", "b::1", "b::2", "c::1", "c::2")
+    lab_streams.run_from_queue(session, queue, ROOT)  # type: ignore[arg-type]
+    assert hook.ran == [("c::1", "c::2"), ("c::2", "b::1"), ("b::1", "b::2"), ("b::2", None)]
 
 
 def test_a_stream_name_other_than_the_two_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
