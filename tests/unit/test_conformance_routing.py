@@ -1,0 +1,371 @@
+"""Gateway API conformance (GATEWAY-HTTP, ingress class ``istio``), routing share: each case replays one upstream
+test's requests from its manifests through Ambit's translation (:func:`translate_ingress`) and the gateway's router
+(:class:`IngressRouter`), judging what the suite's echo backend would see (backend, path, host, method, headers)
+and what the client gets (status, response headers, ``Location``). Manifests are written here, shaped after the
+suite's base: gateways ``same-namespace``, ``all-namespaces``, ``backend-namespaces`` (port 80) in
+``gateway-conformance-infra`` and Services ``infra-backend-v1``/``-v2``/``-v3`` there.
+
+- HTTPRouteExactPathMatching: Exact paths, no prefix or trailing-slash leakage.
+- HTTPRouteMatching: a rule's matches are ORed; element-wise PathPrefix.
+- HTTPRouteMatchingAcrossRoutes: hostnames pick between routes; precedence across routes.
+- HTTPRoutePathMatchOrder: longer prefixes and Exact win whatever the rule order.
+- HTTPRouteHeaderMatching: header matches, case-insensitive names, more headers first.
+- HTTPRouteQueryParamMatching: query params, and precedence of more params.
+- HTTPRouteMethodMatching: methods, and method matches before path-only ones of equal path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from ambit.controlplane.translate.ingress import translate_ingress
+from ambit.model.workload import Service
+from ambit.waypoint.decisions import Decision, Forward, RequestHead, Respond
+from ambit.waypoint.ingress_routing import IngressRouter
+from ambit.model.routes import BackendService
+
+INFRA = "gateway-conformance-infra"
+
+
+def _service(name: str, namespace: str = INFRA) -> Service:
+    return Service(name, namespace, f"{name}.{namespace}.svc.cluster.local")
+
+
+SERVICES = [
+    *(_service(f"infra-backend-v{i}") for i in (1, 2, 3)),
+    _service("web-backend", "gateway-conformance-web-backend"),
+    _service("app-backend-v1", "gateway-conformance-app-backend"),
+    _service("app-backend-v2", "gateway-conformance-app-backend"),
+]
+
+
+def _gateway(name: str, allowed: dict[str, Any]) -> dict[str, Any]:
+    listener = {"name": "http", "port": 80, "protocol": "HTTP", "allowedRoutes": {"namespaces": allowed}}
+    return {
+        "metadata": {"namespace": INFRA, "name": name},
+        "spec": {"gatewayClassName": "istio", "listeners": [listener]},
+    }
+
+
+GATEWAYS = [
+    _gateway("same-namespace", {"from": "Same"}),
+    _gateway("all-namespaces", {"from": "All"}),
+    _gateway(
+        "backend-namespaces", {"from": "Selector", "selector": {"matchLabels": {"gateway-conformance": "backend"}}}
+    ),
+]
+LABELS = {
+    INFRA: {"kubernetes.io/metadata.name": INFRA},
+    "gateway-conformance-web-backend": {"gateway-conformance": "backend"},
+    "gateway-conformance-app-backend": {"gateway-conformance": "backend"},
+}
+
+
+class Gateways:
+    """The routers of every gateway the manifests translate to, by gateway name."""
+
+    def __init__(self, manifests: str, gateways: list[dict[str, Any]] | None = None) -> None:
+        docs = [d for d in yaml.safe_load_all(manifests) if d]
+        for number, doc in enumerate(docs):
+            doc.setdefault("metadata", {}).setdefault("namespace", INFRA)
+            doc["metadata"].setdefault("creationTimestamp", f"2026-01-01T00:00:{number:02d}Z")
+        gws = (gateways or []) + [d for d in docs if d.get("kind") == "Gateway"]
+        self.out = translate_ingress(
+            gateways=GATEWAYS + gws,
+            http_routes=[d for d in docs if d.get("kind", "HTTPRoute") == "HTTPRoute"],
+            k8s_services=SERVICES,
+            find_secret=lambda ns, name: None,
+            namespace_labels=LABELS,
+            reference_grants=[d for d in docs if d.get("kind") == "ReferenceGrant"],
+        )
+        self.routers = {c.gateway.partition("/")[2]: IngressRouter(c) for c in self.out.configs}
+
+    def send(
+        self,
+        path: str,
+        *,
+        gateway: str = "same-namespace",
+        host: str = "example.com",
+        method: str = "GET",
+        headers: dict[str, str] | None = None,
+        port: int = 80,
+        random: float = 0.0,
+    ) -> Decision:
+        request = RequestHead(method, path, host, tuple((k.lower(), v) for k, v in (headers or {}).items()))
+        return self.routers[gateway].decide(None, BackendService("", "", port), request, random)
+
+    def backend(self, path: str, **kwargs: Any) -> str:
+        """The name of the Service the request reaches, or ``<status>`` for a local answer."""
+        decision = self.send(path, **kwargs)
+        if isinstance(decision, Respond):
+            return str(decision.status)
+        assert decision.backend.hostname.endswith(".svc.cluster.local")
+        return decision.backend.hostname.partition(".")[0]
+
+
+def forward(decision: Decision) -> Forward:
+    assert isinstance(decision, Forward), decision
+    return decision
+
+
+# -- HTTPRouteExactPathMatching ---------------------------------------------------------------------------------
+EXACT = """
+metadata: {name: exact-matching}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - matches: [{path: {type: Exact, value: /}}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: Exact, value: /two}}]
+    backendRefs: [{name: infra-backend-v2, port: 8080}]
+"""
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"), [("/", "infra-backend-v1"), ("/two", "infra-backend-v2"), ("/nope", "404"), ("/two/", "404")]
+)
+def test_exact_path_matching(path: str, expected: str) -> None:
+    assert Gateways(EXACT).backend(path) == expected
+
+
+# -- HTTPRouteMatching -----------------------------------------------------------------------------------------
+MATCHING = """
+metadata: {name: matching}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /}}, {headers: [{name: version, value: one}]}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /v2}}, {headers: [{name: version, value: two}]}]
+    backendRefs: [{name: infra-backend-v2, port: 8080}]
+"""
+
+
+@pytest.mark.parametrize(
+    ("path", "headers", "expected"),
+    [
+        ("/", {}, "infra-backend-v1"),
+        ("/example", {}, "infra-backend-v1"),
+        ("/", {"Version": "one"}, "infra-backend-v1"),
+        ("/v2", {}, "infra-backend-v2"),
+        ("/v2/example", {}, "infra-backend-v2"),
+        ("/", {"Version": "two"}, "infra-backend-v2"),
+        ("/v2/", {}, "infra-backend-v2"),
+        ("/v2example", {}, "infra-backend-v1"),
+        ("/foo/v2/example", {}, "infra-backend-v1"),
+    ],
+)
+def test_matching(path: str, headers: dict[str, str], expected: str) -> None:
+    assert Gateways(MATCHING).backend(path, headers=headers) == expected
+
+
+# -- HTTPRouteMatchingAcrossRoutes -----------------------------------------------------------------------------
+ACROSS = """
+metadata: {name: matching-part1}
+spec:
+  parentRefs: [{name: same-namespace}]
+  hostnames: [example.com, example.net]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /}}, {headers: [{name: version, value: one}]}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+---
+metadata: {name: matching-part2}
+spec:
+  parentRefs: [{name: same-namespace}]
+  hostnames: [example.com]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /v2}}, {headers: [{name: version, value: two}]}]
+    backendRefs: [{name: infra-backend-v2, port: 8080}]
+"""
+
+
+@pytest.mark.parametrize(
+    ("host", "path", "headers", "expected"),
+    [
+        ("example.com", "/", {}, "infra-backend-v1"),
+        ("example.net", "/example", {}, "infra-backend-v1"),
+        ("example.com", "/", {"Version": "one"}, "infra-backend-v1"),
+        ("example.com", "/v2", {}, "infra-backend-v2"),
+        ("example.com", "/v2/example", {}, "infra-backend-v2"),
+        ("example.com", "/", {"Version": "two"}, "infra-backend-v2"),
+        ("example.net", "/v2", {}, "infra-backend-v1"),
+        ("example.net", "/", {"Version": "two"}, "infra-backend-v1"),
+        ("example.org", "/", {}, "404"),
+    ],
+)
+def test_matching_across_routes(host: str, path: str, headers: dict[str, str], expected: str) -> None:
+    assert Gateways(ACROSS).backend(path, host=host, headers=headers) == expected
+
+
+# -- HTTPRoutePathMatchOrder -----------------------------------------------------------------------------------
+def _rules(*rules: tuple[dict[str, Any] | list[dict[str, Any]], str]) -> str:
+    """One route on ``same-namespace`` with each (match or matches, backend) as a rule, in the order given."""
+    spec = {
+        "parentRefs": [{"name": "same-namespace"}],
+        "rules": [
+            {"matches": m if isinstance(m, list) else [m], "backendRefs": [{"name": b, "port": 8080}]}
+            for m, b in rules
+        ],
+    }
+    return yaml.safe_dump({"metadata": {"name": "route"}, "spec": spec})
+
+
+def _path(kind: str, value: str) -> dict[str, Any]:
+    return {"path": {"type": kind, "value": value}}
+
+
+V1, V2, V3 = "infra-backend-v1", "infra-backend-v2", "infra-backend-v3"
+ORDER = _rules(
+    (_path("Exact", "/match"), V1),
+    (_path("Exact", "/match/exact"), V2),
+    (_path("Exact", "/match/exact/one"), V3),
+    (_path("PathPrefix", "/match/"), V3),
+    (_path("PathPrefix", "/match/prefix/"), V1),
+    (_path("PathPrefix", "/match/prefix/one"), V2),
+)
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("/match/exact/one", V3),
+        ("/match/exact", V2),
+        ("/match", V1),
+        ("/match/prefix/one/any", V2),
+        ("/match/prefix/any", V1),
+        ("/match/any", V3),
+    ],
+)
+def test_path_match_order(path: str, expected: str) -> None:
+    assert Gateways(ORDER).backend(path) == expected
+
+
+# -- HTTPRouteHeaderMatching -----------------------------------------------------------------------------------
+def _headers(**values: str) -> dict[str, Any]:
+    return {"headers": [{"name": n, "value": v} for n, v in values.items()]}
+
+
+HEADERS = _rules(
+    (_headers(version="one"), V1),
+    (_headers(version="two"), V2),
+    (_headers(version="two", color="orange"), V1),
+    ([_headers(color="blue"), _headers(color="green")], V1),
+    ([_headers(color="red"), _headers(color="yellow")], V2),
+)
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ({"Version": "one"}, V1),
+        ({"Version": "two"}, V2),
+        ({"Version": "two", "Color": "orange"}, V1),
+        ({"Version": "two", "Color": "blue"}, V2),
+        ({"Color": "orange"}, "404"),
+        ({"Some-Other-Header": "one"}, "404"),
+        ({"Color": "blue"}, V1),
+        ({"Color": "green"}, V1),
+        ({"Color": "red"}, V2),
+        ({"Color": "yellow"}, V2),
+        ({"Color": "purple"}, "404"),
+    ],
+)
+def test_header_matching(headers: dict[str, str], expected: str) -> None:
+    assert Gateways(HEADERS).backend("/", headers=headers) == expected
+
+
+# -- HTTPRouteQueryParamMatching -------------------------------------------------------------------------------
+def _query(**values: str) -> list[dict[str, str]]:
+    return [{"name": n, "value": v} for n, v in values.items()]
+
+
+QUERY = _rules(
+    ({"queryParams": _query(animal="whale")}, V1),
+    ({"queryParams": _query(animal="dolphin")}, V2),
+    ([{"queryParams": _query(animal="dolphin", color="blue")}, {"queryParams": _query(ANIMAL="Whale")}], V3),
+    ({**_path("PathPrefix", "/path1"), "queryParams": _query(animal="whale")}, V1),
+    ({**_headers(version="one"), "queryParams": _query(animal="whale")}, V2),
+    ({**_path("PathPrefix", "/path2"), **_headers(version="two"), "queryParams": _query(animal="whale")}, V3),
+    (
+        [
+            {**_path("PathPrefix", "/path3"), "queryParams": _query(animal="shark")},
+            {**_path("PathPrefix", "/path4"), **_headers(version="three"), "queryParams": _query(animal="kraken")},
+        ],
+        V1,
+    ),
+    (_path("PathPrefix", "/path5"), V1),
+    ({"queryParams": _query(animal="hydra")}, V2),
+    (_headers(version="four"), V3),
+)
+
+
+@pytest.mark.parametrize(
+    ("path", "headers", "expected"),
+    [
+        ("/?animal=whale", {}, V1),
+        ("/?animal=dolphin", {}, V2),
+        ("/?animal=dolphin&color=blue", {}, V3),
+        ("/?ANIMAL=Whale", {}, V3),
+        ("/?animal=whale&otherparam=irrelevant", {}, V1),
+        ("/?animal=dolphin&color=yellow", {}, V2),
+        ("/?color=blue", {}, "404"),
+        ("/?animal=dog", {}, "404"),
+        ("/?animal=whaledolphin", {}, "404"),
+        ("/", {}, "404"),
+        ("/path1?animal=whale", {}, V1),
+        ("/?animal=whale", {"version": "one"}, V2),
+        ("/path2?animal=whale", {"version": "two"}, V3),
+        ("/path3?animal=shark", {}, V1),
+        ("/path4?animal=kraken", {"version": "three"}, V1),
+        ("/?animal=shark", {}, "404"),
+        ("/path4?animal=kraken", {}, "404"),
+        ("/path5?animal=hydra", {}, V1),
+        ("/?animal=hydra", {"version": "four"}, V3),
+    ],
+)
+def test_query_param_matching(path: str, headers: dict[str, str], expected: str) -> None:
+    assert Gateways(QUERY).backend(path, headers=headers) == expected
+
+
+# -- HTTPRouteMethodMatching -----------------------------------------------------------------------------------
+METHODS = _rules(
+    ({"method": "POST"}, V1),
+    ({"method": "GET"}, V2),
+    ({**_path("PathPrefix", "/path1"), "method": "GET"}, V1),
+    ({**_headers(version="one"), "method": "PUT"}, V2),
+    ({**_path("PathPrefix", "/path2"), **_headers(version="two"), "method": "POST"}, V3),
+    (
+        [
+            {**_path("PathPrefix", "/path3"), "method": "PATCH"},
+            {**_path("PathPrefix", "/path4"), **_headers(version="three"), "method": "DELETE"},
+        ],
+        V1,
+    ),
+    (_path("PathPrefix", "/path5"), V1),
+    ({"method": "PATCH"}, V2),
+    (_headers(version="four"), V3),
+)
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "headers", "expected"),
+    [
+        ("POST", "/", {}, V1),
+        ("GET", "/", {}, V2),
+        ("HEAD", "/", {}, "404"),
+        ("GET", "/path1", {}, V1),
+        ("PUT", "/", {"version": "one"}, V2),
+        ("POST", "/path2", {"version": "two"}, V3),
+        ("PATCH", "/path3", {}, V1),
+        ("DELETE", "/path4", {"version": "three"}, V1),
+        ("PUT", "/", {}, "404"),
+        ("DELETE", "/path4", {}, "404"),
+        ("PATCH", "/path5", {}, V1),
+        ("PATCH", "/", {"version": "four"}, V2),
+    ],
+)
+def test_method_matching(method: str, path: str, headers: dict[str, str], expected: str) -> None:
+    assert Gateways(METHODS).backend(path, method=method, headers=headers) == expected
