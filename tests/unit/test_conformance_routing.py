@@ -369,3 +369,130 @@ METHODS = _rules(
 )
 def test_method_matching(method: str, path: str, headers: dict[str, str], expected: str) -> None:
     assert Gateways(METHODS).backend(path, method=method, headers=headers) == expected
+
+
+# -- HTTPRouteListenerHostnameMatching, HTTPRouteListenerPortMatching --------------------------------------------
+def _listeners_gateway(name: str, *listeners: tuple[str, int, str]) -> str:
+    same = {"namespaces": {"from": "Same"}}
+    spec = {
+        "gatewayClassName": "istio",
+        "listeners": [
+            {"name": n, "port": p, "protocol": "HTTP", "hostname": h, "allowedRoutes": same} for n, p, h in listeners
+        ],
+    }
+    return yaml.safe_dump({"kind": "Gateway", "metadata": {"name": name}, "spec": spec})
+
+
+def _catch_all(name: str, backend: str, *parents: dict[str, Any]) -> str:
+    spec = {"parentRefs": list(parents), "rules": [{"backendRefs": [{"name": backend, "port": 8080}]}]}
+    return yaml.safe_dump({"metadata": {"name": name}, "spec": spec})
+
+
+LISTENER_HOSTS = "---\n".join(
+    [
+        _listeners_gateway(
+            "hosts",
+            ("listener-1", 80, "bar.com"),
+            ("listener-2", 80, "foo.bar.com"),
+            ("listener-3", 80, "*.bar.com"),
+            ("listener-4", 80, "*.foo.com"),
+        ),
+        _catch_all("backend-v1", V1, {"name": "hosts", "sectionName": "listener-1"}),
+        _catch_all("backend-v2", V2, {"name": "hosts", "sectionName": "listener-2"}),
+        _catch_all(
+            "backend-v3", V3, {"name": "hosts", "sectionName": "listener-3"}, {"name": "hosts", "sectionName": "listener-4"}
+        ),
+    ]
+)
+
+
+@pytest.mark.parametrize(
+    ("host", "expected"),
+    [
+        ("bar.com", V1),
+        ("foo.bar.com", V2),
+        ("baz.bar.com", V3),
+        ("boo.bar.com", V3),
+        ("multiple.prefixes.bar.com", V3),
+        ("multiple.prefixes.foo.com", V3),
+        ("foo.com", "404"),
+        ("no.matching.host", "404"),
+    ],
+)
+def test_listener_hostname_matching(host: str, expected: str) -> None:
+    assert Gateways(LISTENER_HOSTS).backend("/", gateway="hosts", host=host) == expected
+
+
+LISTENER_PORTS = "---\n".join(
+    [
+        _listeners_gateway(
+            "ports",
+            ("listener-1", 80, "foo.com"),
+            ("listener-2", 8080, "foo.com"),
+            ("listener-3", 8080, "bar.com"),
+            ("listener-4", 8090, "foo.com"),
+            ("listener-5", 8090, "bar.com"),
+        ),
+        _catch_all("backend-v1", V1, {"name": "ports", "port": 80}),
+        _catch_all("backend-v2", V2, {"name": "ports", "port": 8080}),
+        _catch_all("backend-v3", V3, {"name": "ports", "port": 8090, "sectionName": "listener-4"}),
+    ]
+)
+
+
+@pytest.mark.parametrize(
+    ("port", "host", "expected"),
+    [
+        (80, "foo.com", V1),
+        (8080, "foo.com:8080", V2),
+        (8080, "bar.com:8080", V2),
+        (8090, "foo.com:8090", V3),
+        (8090, "bar.com:8090", "404"),
+    ],
+)
+def test_listener_port_matching(port: int, host: str, expected: str) -> None:
+    assert Gateways(LISTENER_PORTS).backend("/", gateway="ports", host=host, port=port) == expected
+
+
+# -- HTTPRouteSimpleSameNamespace, HTTPRouteCrossNamespace, HTTPRouteMultipleGateways ----------------------------
+def test_simple_same_namespace() -> None:
+    gateways = Gateways(_catch_all("gateway-conformance-infra-test", V1, {"name": "same-namespace"}))
+    assert gateways.backend("/") == V1
+
+
+def test_cross_namespace_route_reaches_its_own_namespace_backend() -> None:
+    manifest = yaml.safe_load(
+        _catch_all("cross-namespace", "web-backend", {"name": "backend-namespaces", "namespace": INFRA})
+    )
+    manifest["metadata"]["namespace"] = "gateway-conformance-web-backend"
+    gateways = Gateways(yaml.safe_dump(manifest))
+    decision = forward(gateways.send("/", gateway="backend-namespaces"))
+    assert decision.backend.hostname == "web-backend.gateway-conformance-web-backend.svc.cluster.local"
+    assert decision.backend.port == 8080
+    # the same route on a gateway admitting only its own namespace is not served there
+    assert gateways.backend("/", gateway="same-namespace") == "404"
+
+
+MULTIPLE_GATEWAYS = "---\n".join(
+    [
+        _rules((_path("PathPrefix", "/shared"), V1)).replace(
+            "parentRefs:\n  - name: same-namespace", "parentRefs:\n  - name: same-namespace\n  - name: all-namespaces"
+        ),
+        _catch_all("same-namespace-dedicated-route", V2, {"name": "same-namespace"}),
+        _catch_all("all-namespaces-dedicated-route", V3, {"name": "all-namespaces"}),
+    ]
+)
+
+
+@pytest.mark.parametrize(
+    ("gateway", "path", "expected"),
+    [
+        ("same-namespace", "/shared", V1),
+        ("same-namespace", "/", V2),
+        ("all-namespaces", "/shared", V1),
+        ("all-namespaces", "/", V3),
+    ],
+)
+def test_multiple_gateways_share_a_route(gateway: str, path: str, expected: str) -> None:
+    assert "all-namespaces" in MULTIPLE_GATEWAYS.split("---")[0]
+    assert Gateways(MULTIPLE_GATEWAYS).backend(path, gateway=gateway) == expected
