@@ -496,3 +496,146 @@ MULTIPLE_GATEWAYS = "---\n".join(
 def test_multiple_gateways_share_a_route(gateway: str, path: str, expected: str) -> None:
     assert "all-namespaces" in MULTIPLE_GATEWAYS.split("---")[0]
     assert Gateways(MULTIPLE_GATEWAYS).backend(path, gateway=gateway) == expected
+
+
+# -- HTTPRouteRequestHeaderModifier, HTTPRouteResponseHeaderModifier ---------------------------------------------
+def joined(headers: list[tuple[str, str]] | tuple[tuple[str, str], ...]) -> dict[str, str]:
+    """Header values by lower-case name, repeated ones joined by ``,`` (how the suite compares them)."""
+    out: dict[str, str] = {}
+    for name, value in headers:
+        key = name.lower()
+        out[key] = f"{out[key]},{value}" if key in out else value
+    return out
+
+
+def _modifier(kind: str, **parts: Any) -> dict[str, Any]:
+    """A header modifier filter; ``set``/``add`` as dicts, ``remove`` as a list."""
+    body: dict[str, Any] = {}
+    for part in ("set", "add"):
+        if part in parts:
+            body[part] = [{"name": n, "value": v} for n, v in parts[part].items()]
+    if "remove" in parts:
+        body["remove"] = parts["remove"]
+    field = kind[0].lower() + kind[1:]
+    return {"type": kind, field: body}
+
+
+def _filtered(*rules: tuple[str, list[dict[str, Any]]]) -> str:
+    spec = {
+        "parentRefs": [{"name": "same-namespace"}],
+        "rules": [
+            {"matches": [_path("PathPrefix", p)], "filters": f, "backendRefs": [{"name": V1, "port": 8080}]}
+            for p, f in rules
+        ],
+    }
+    return yaml.safe_dump({"metadata": {"name": "modifiers"}, "spec": spec})
+
+
+def _modifier_rules(kind: str) -> str:
+    return _filtered(
+        ("/set", [_modifier(kind, set={"X-Header-Set": "set-overwrites-values"})]),
+        ("/add", [_modifier(kind, add={"X-Header-Add": "add-appends-values"})]),
+        ("/remove", [_modifier(kind, remove=["X-Header-Remove"])]),
+        (
+            "/multiple",
+            [
+                _modifier(
+                    kind,
+                    set={"X-Header-Set-1": "header-set-1", "X-Header-Set-2": "header-set-2"},
+                    add={"X-Header-Add-1": "header-add-1", "X-Header-Add-2": "header-add-2", "X-Header-Add-3": "header-add-3"},
+                    remove=["X-Header-Remove-1", "X-Header-Remove-2"],
+                )
+            ],
+        ),
+        (
+            "/case-insensitivity",
+            [
+                _modifier(
+                    kind,
+                    set={"X-Header-Set": "header-set"},
+                    add={"X-Header-Add": "header-add", "x-Mixedcase-ADD-1": "mixedcase-add-1"},
+                    remove=["X-Header-Remove"],
+                )
+            ],
+        ),
+        (
+            "/response-and-request-header-modifiers",
+            [
+                _modifier(
+                    "ResponseHeaderModifier",
+                    set={"X-Header-Set-1": "header-set-1"},
+                    add={"X-Header-Add-2": "header-add-2"},
+                    remove=["X-Header-Remove-1"],
+                ),
+                _modifier(
+                    "RequestHeaderModifier",
+                    set={"X-Header-Set": "set-overwrites-values"},
+                    add={"X-Header-Add-Append": "header-val-2"},
+                    remove=["X-Header-Remove"],
+                ),
+            ],
+        ),
+    )
+
+
+HEADER_CASES = [
+    ("/set", {"Some-Other-Header": "val"}, {"some-other-header": "val", "x-header-set": "set-overwrites-values"}, []),
+    ("/set", {"X-Header-Set": "some-other-value"}, {"x-header-set": "set-overwrites-values"}, []),
+    ("/add", {"Some-Other-Header": "val"}, {"x-header-add": "add-appends-values"}, []),
+    ("/add", {"X-Header-Add": "some-other-value"}, {"x-header-add": "some-other-value,add-appends-values"}, []),
+    ("/remove", {"X-Header-Remove": "val"}, {}, ["x-header-remove"]),
+    (
+        "/multiple",
+        {"X-Header-Set-2": "set-val-2", "X-Header-Add-2": "add-val-2", "X-Header-Remove-2": "r", "Another": "a"},
+        {
+            "x-header-set-1": "header-set-1",
+            "x-header-set-2": "header-set-2",
+            "x-header-add-1": "header-add-1",
+            "x-header-add-2": "add-val-2,header-add-2",
+            "x-header-add-3": "header-add-3",
+            "another": "a",
+        },
+        ["x-header-remove-1", "x-header-remove-2"],
+    ),
+    (
+        "/case-insensitivity",
+        {"x-header-set": "original-val-set", "x-header-add": "original-val-add", "x-header-remove": "r"},
+        {"x-header-set": "header-set", "x-header-add": "original-val-add,header-add", "x-mixedcase-add-1": "mixedcase-add-1"},
+        ["x-header-remove"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("path", "sent", "expected", "absent"), HEADER_CASES)
+def test_request_header_modifier(path: str, sent: dict[str, str], expected: dict[str, str], absent: list[str]) -> None:
+    decision = forward(Gateways(_modifier_rules("RequestHeaderModifier")).send(path, headers=sent))
+    seen = joined(decision.request.headers)
+    assert {k: seen.get(k) for k in expected} == expected
+    assert not set(absent) & set(seen)
+    assert decision.backend.hostname.startswith(f"{V1}.")
+
+
+@pytest.mark.parametrize(("path", "from_backend", "expected", "absent"), HEADER_CASES)
+def test_response_header_modifier(
+    path: str, from_backend: dict[str, str], expected: dict[str, str], absent: list[str]
+) -> None:
+    decision = forward(Gateways(_modifier_rules("ResponseHeaderModifier")).send(path))
+    assert decision.response_headers is not None
+    answered = joined(decision.response_headers.applied([(k.lower(), v) for k, v in from_backend.items()]))
+    assert {k: answered.get(k) for k in expected} == expected
+    assert not set(absent) & set(answered)
+
+
+def test_response_and_request_header_modifiers_on_one_rule() -> None:
+    gateways = Gateways(_modifier_rules("ResponseHeaderModifier"))
+    sent = {"X-Header-Remove": "remove-val", "X-Header-Add-Append": "append-val-1", "X-Header-Echo": "echo"}
+    decision = forward(gateways.send("/response-and-request-header-modifiers", headers=sent))
+    seen = joined(decision.request.headers)
+    assert seen["x-header-set"] == "set-overwrites-values"
+    assert seen["x-header-add-append"] == "append-val-1,header-val-2"
+    assert seen["x-header-echo"] == "echo"
+    assert "x-header-remove" not in seen
+    assert decision.response_headers is not None
+    backend = [("x-header-add-2", "add-val-2"), ("x-header-remove-1", "v"), ("x-header-echo", "echo")]
+    answered = joined(decision.response_headers.applied(backend))
+    assert answered == {"x-header-add-2": "add-val-2,header-add-2", "x-header-echo": "echo", "x-header-set-1": "header-set-1"}
