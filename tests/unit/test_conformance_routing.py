@@ -639,3 +639,39 @@ def test_response_and_request_header_modifiers_on_one_rule() -> None:
     backend = [("x-header-add-2", "add-val-2"), ("x-header-remove-1", "v"), ("x-header-echo", "echo")]
     answered = joined(decision.response_headers.applied(backend))
     assert answered == {"x-header-add-2": "add-val-2,header-add-2", "x-header-echo": "echo", "x-header-set-1": "header-set-1"}
+
+
+# -- HTTPRouteRequestHeaderModifierBackendWeights, HTTPRouteWeight -----------------------------------------------
+def _weighted(*backends: dict[str, Any]) -> str:
+    spec = {"parentRefs": [{"name": "same-namespace"}], "rules": [{"backendRefs": list(backends)}]}
+    return yaml.safe_dump({"metadata": {"name": "weighted"}, "spec": spec})
+
+
+def _draws(gateways: Gateways, samples: int = 1000) -> list[Forward]:
+    return [forward(gateways.send("/", random=i / samples)) for i in range(samples)]
+
+
+def test_a_backends_own_header_modifier_goes_with_that_backend() -> None:
+    refs = [
+        {"name": b, "port": 8080, "weight": 10, "filters": [_modifier("RequestHeaderModifier", set={"Backend": b})]}
+        for b in (V1, V2)
+    ]
+    decisions = _draws(Gateways(_weighted(*refs)), 100)
+    for decision in decisions:
+        assert [v for n, v in decision.request.headers if n == "backend"] == [decision.backend.hostname.partition(".")[0]]
+    assert {d.backend.hostname.partition(".")[0] for d in decisions} == {V1, V2}
+
+
+def test_weights_split_requests_and_weight_zero_gets_none() -> None:
+    gateways = Gateways(
+        _weighted(
+            {"name": V1, "port": 8080, "weight": 70},
+            {"name": V2, "port": 8080, "weight": 30},
+            {"name": V3, "port": 8080, "weight": 0},
+        )
+    )
+    counts: dict[str, int] = {}
+    for decision in _draws(gateways):
+        name = decision.backend.hostname.partition(".")[0]
+        counts[name] = counts.get(name, 0) + 1
+    assert counts == {V1: 700, V2: 300}
