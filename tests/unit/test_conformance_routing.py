@@ -16,7 +16,10 @@ suite's base: gateways ``same-namespace``, ``all-namespaces``, ``backend-namespa
 
 from __future__ import annotations
 
+import base64
+import time
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -26,8 +29,19 @@ from ambit.model.workload import Service
 from ambit.waypoint.decisions import Decision, Forward, RequestHead, Respond
 from ambit.waypoint.ingress_routing import IngressRouter
 from ambit.model.routes import BackendService
+from ambit.tls.certs import issue_server_cert, new_ca
 
 INFRA = "gateway-conformance-infra"
+CA = new_ca("conformance CA", now=time.time())
+PAIR = issue_server_cert(CA, common_name="example.org", dns_names=["example.org"], ip_addresses=[], now=time.time())
+
+
+def _secret() -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": INFRA, "name": "certificate"},
+        "type": "kubernetes.io/tls",
+        "data": {"tls.crt": base64.b64encode(PAIR.cert_pem).decode(), "tls.key": base64.b64encode(PAIR.key_pem).decode()},
+    }
 
 
 def _service(name: str, namespace: str = INFRA) -> Service:
@@ -77,7 +91,7 @@ class Gateways:
             gateways=GATEWAYS + gws,
             http_routes=[d for d in docs if d.get("kind", "HTTPRoute") == "HTTPRoute"],
             k8s_services=SERVICES,
-            find_secret=lambda ns, name: None,
+            find_secret=lambda ns, name: _secret() if (ns, name) == (INFRA, "certificate") else None,
             namespace_labels=LABELS,
             reference_grants=[d for d in docs if d.get("kind") == "ReferenceGrant"],
         )
@@ -93,8 +107,10 @@ class Gateways:
         headers: dict[str, str] | None = None,
         port: int = 80,
         random: float = 0.0,
+        scheme: str = "http",
     ) -> Decision:
-        request = RequestHead(method, path, host, tuple((k.lower(), v) for k, v in (headers or {}).items()))
+        sent = tuple((k.lower(), v) for k, v in (headers or {}).items())
+        request = RequestHead(method, path, host, sent, scheme=scheme)
         return self.routers[gateway].decide(None, BackendService("", "", port), request, random)
 
     def backend(self, path: str, **kwargs: Any) -> str:
@@ -675,3 +691,158 @@ def test_weights_split_requests_and_weight_zero_gets_none() -> None:
         name = decision.backend.hostname.partition(".")[0]
         counts[name] = counts.get(name, 0) + 1
     assert counts == {V1: 700, V2: 300}
+
+
+# -- HTTPRouteRedirectHostAndStatus, HTTPRouteRedirectPath, HTTPRouteRedirectPort, HTTPRouteRedirectScheme,
+#    HTTPRouteRedirectPortAndScheme -----------------------------------------------------------------------------
+def _redirects(gateway: str, *rules: tuple[str, dict[str, Any]], name: str = "redirects") -> str:
+    spec = {
+        "parentRefs": [{"name": gateway}],
+        "rules": [
+            {"matches": [_path("PathPrefix", p)], "filters": [{"type": "RequestRedirect", "requestRedirect": r}]}
+            for p, r in rules
+        ],
+    }
+    return yaml.safe_dump({"metadata": {"name": name}, "spec": spec})
+
+
+def redirected(decision: Decision) -> tuple[int, str, str, str, str]:
+    """(status, scheme, host, port, path) of a redirect, as the suite reads its ``Location``."""
+    assert isinstance(decision, Respond), decision
+    location = dict(decision.headers)["location"]
+    parts = urlsplit(location)
+    return decision.status, parts.scheme, parts.hostname or "", str(parts.port or ""), parts.path
+
+
+REDIRECTS = _redirects(
+    "same-namespace",
+    ("/hostname-redirect", {"hostname": "example.org"}),
+    ("/host-and-status", {"hostname": "example.org", "statusCode": 301}),
+    ("/original-prefix", {"path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/replacement-prefix"}}),
+    ("/full", {"path": {"type": "ReplaceFullPath", "replaceFullPath": "/full-path-replacement"}}),
+    (
+        "/path-and-host",
+        {"hostname": "example.org", "path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/replacement-prefix"}},
+    ),
+    (
+        "/path-and-status",
+        {"statusCode": 301, "path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/replacement-prefix"}},
+    ),
+    ("/full-path-and-host", {"hostname": "example.org", "path": {"type": "ReplaceFullPath", "replaceFullPath": "/replacement-full"}}),
+    ("/full-path-and-status", {"statusCode": 301, "path": {"type": "ReplaceFullPath", "replaceFullPath": "/replacement-full"}}),
+    ("/port", {"port": 8083}),
+    ("/port-and-host", {"port": 8083, "hostname": "example.org"}),
+    ("/port-and-status", {"port": 8083, "statusCode": 301}),
+    ("/port-and-host-and-status", {"port": 8083, "hostname": "example.org", "statusCode": 302}),
+    ("/scheme", {"scheme": "https"}),
+    ("/scheme-and-host", {"scheme": "https", "hostname": "example.org"}),
+    ("/scheme-and-status", {"scheme": "https", "statusCode": 301}),
+    ("/scheme-and-host-and-status", {"scheme": "https", "statusCode": 302, "hostname": "example.org"}),
+)
+GW = "gw.example"
+"""The host the suite's requests carry when a test names none: the gateway's address."""
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("/hostname-redirect", (302, "http", "example.org", "", "/hostname-redirect")),
+        ("/host-and-status", (301, "http", "example.org", "", "/host-and-status")),
+        ("/original-prefix/lemon", (302, "http", GW, "", "/replacement-prefix/lemon")),
+        ("/full/path/original", (302, "http", GW, "", "/full-path-replacement")),
+        ("/path-and-host", (302, "http", "example.org", "", "/replacement-prefix")),
+        ("/path-and-status", (301, "http", GW, "", "/replacement-prefix")),
+        ("/full-path-and-host", (302, "http", "example.org", "", "/replacement-full")),
+        ("/full-path-and-status", (301, "http", GW, "", "/replacement-full")),
+        ("/port", (302, "http", GW, "8083", "/port")),
+        ("/port-and-host", (302, "http", "example.org", "8083", "/port-and-host")),
+        ("/port-and-status", (301, "http", GW, "8083", "/port-and-status")),
+        ("/port-and-host-and-status", (302, "http", "example.org", "8083", "/port-and-host-and-status")),
+        ("/scheme", (302, "https", GW, "", "/scheme")),
+        ("/scheme-and-host", (302, "https", "example.org", "", "/scheme-and-host")),
+        ("/scheme-and-status", (301, "https", GW, "", "/scheme-and-status")),
+        ("/scheme-and-host-and-status", (302, "https", "example.org", "", "/scheme-and-host-and-status")),
+    ],
+)
+def test_redirects(path: str, expected: tuple[int, str, str, str, str]) -> None:
+    assert redirected(Gateways(REDIRECTS).send(path, host=GW)) == expected
+
+
+def _https_gateway() -> str:
+    listener = {
+        "name": "https",
+        "port": 443,
+        "protocol": "HTTPS",
+        "allowedRoutes": {"namespaces": {"from": "Same"}},
+        "tls": {"certificateRefs": [{"name": "certificate"}]},
+    }
+    spec = {"gatewayClassName": "istio", "listeners": [listener]}
+    return yaml.safe_dump({"kind": "Gateway", "metadata": {"name": "https-gateway"}, "spec": spec})
+
+
+def _http_8080_gateway() -> str:
+    listener = {"name": "http", "port": 8080, "protocol": "HTTP", "allowedRoutes": {"namespaces": {"from": "Same"}}}
+    spec = {"gatewayClassName": "istio", "listeners": [listener]}
+    return yaml.safe_dump({"kind": "Gateway", "metadata": {"name": "http-8080"}, "spec": spec})
+
+
+ORG = {"hostname": "example.org"}
+PORT_AND_SCHEME = "---\n".join(
+    [
+        _https_gateway(),
+        _http_8080_gateway(),
+        _redirects(
+            "same-namespace",
+            ("/scheme-nil-and-port-nil", ORG),
+            ("/scheme-nil-and-port-80", {**ORG, "port": 80}),
+            ("/scheme-nil-and-port-8080", {**ORG, "port": 8080}),
+            ("/scheme-https-and-port-nil", {**ORG, "scheme": "https"}),
+            ("/scheme-https-and-port-443", {**ORG, "scheme": "https", "port": 443}),
+            ("/scheme-https-and-port-8443", {**ORG, "scheme": "https", "port": 8443}),
+            name="on-80",
+        ),
+        _redirects(
+            "http-8080",
+            ("/scheme-nil-and-port-nil", ORG),
+            ("/scheme-nil-and-port-80", {**ORG, "port": 80}),
+            ("/scheme-https-and-port-nil", {**ORG, "scheme": "https"}),
+            name="on-8080",
+        ),
+        _redirects(
+            "https-gateway",
+            ("/scheme-nil-and-port-nil", ORG),
+            ("/scheme-nil-and-port-443", {**ORG, "port": 443}),
+            ("/scheme-nil-and-port-8443", {**ORG, "port": 8443}),
+            ("/scheme-http-and-port-nil", {**ORG, "scheme": "http"}),
+            ("/scheme-http-and-port-80", {**ORG, "scheme": "http", "port": 80}),
+            ("/scheme-http-and-port-8080", {**ORG, "scheme": "http", "port": 8080}),
+            name="on-443",
+        ),
+    ]
+)
+
+
+@pytest.mark.parametrize(
+    ("gateway", "port", "scheme", "path", "expected"),
+    [
+        ("same-namespace", 80, "http", "/scheme-nil-and-port-nil", ("http", "")),
+        ("same-namespace", 80, "http", "/scheme-nil-and-port-80", ("http", "")),
+        ("same-namespace", 80, "http", "/scheme-nil-and-port-8080", ("http", "8080")),
+        ("same-namespace", 80, "http", "/scheme-https-and-port-nil", ("https", "")),
+        ("same-namespace", 80, "http", "/scheme-https-and-port-443", ("https", "")),
+        ("same-namespace", 80, "http", "/scheme-https-and-port-8443", ("https", "8443")),
+        ("http-8080", 8080, "http", "/scheme-nil-and-port-nil", ("http", "8080")),
+        ("http-8080", 8080, "http", "/scheme-nil-and-port-80", ("http", "")),
+        ("http-8080", 8080, "http", "/scheme-https-and-port-nil", ("https", "")),
+        ("https-gateway", 443, "https", "/scheme-nil-and-port-nil", ("https", "")),
+        ("https-gateway", 443, "https", "/scheme-nil-and-port-443", ("https", "")),
+        ("https-gateway", 443, "https", "/scheme-nil-and-port-8443", ("https", "8443")),
+        ("https-gateway", 443, "https", "/scheme-http-and-port-nil", ("http", "")),
+        ("https-gateway", 443, "https", "/scheme-http-and-port-80", ("http", "")),
+        ("https-gateway", 443, "https", "/scheme-http-and-port-8080", ("http", "8080")),
+    ],
+)
+def test_redirect_port_and_scheme(gateway: str, port: int, scheme: str, path: str, expected: tuple[str, str]) -> None:
+    host = "example.org" if scheme == "https" else f"{GW}:{port}"
+    decision = Gateways(PORT_AND_SCHEME).send(path, gateway=gateway, host=host, port=port, scheme=scheme)
+    assert redirected(decision) == (302, expected[0], "example.org", expected[1], path)
