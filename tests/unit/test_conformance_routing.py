@@ -846,3 +846,120 @@ def test_redirect_port_and_scheme(gateway: str, port: int, scheme: str, path: st
     host = "example.org" if scheme == "https" else f"{GW}:{port}"
     decision = Gateways(PORT_AND_SCHEME).send(path, gateway=gateway, host=host, port=port, scheme=scheme)
     assert redirected(decision) == (302, expected[0], "example.org", expected[1], path)
+
+
+# -- HTTPRouteBackendRequestHeaderModification -----------------------------------------------------------------
+def _on_backends(manifest: str) -> str:
+    """The same route with each rule's filters moved onto its backendRefs."""
+    route = yaml.safe_load(manifest)
+    for rule in route["spec"]["rules"]:
+        for ref in rule["backendRefs"]:
+            ref["filters"] = rule["filters"]
+        del rule["filters"]
+    return yaml.safe_dump(route)
+
+
+@pytest.mark.parametrize(("path", "sent", "expected", "absent"), HEADER_CASES[:-1])
+def test_backend_request_header_modification(
+    path: str, sent: dict[str, str], expected: dict[str, str], absent: list[str]
+) -> None:
+    manifest = _on_backends(_modifier_rules("RequestHeaderModifier"))
+    assert "filters" not in yaml.safe_load(manifest)["spec"]["rules"][0]
+    decision = forward(Gateways(manifest).send(path, headers=sent))
+    seen = joined(decision.request.headers)
+    assert {k: seen.get(k) for k in expected} == expected
+    assert not set(absent) & set(seen)
+
+
+# -- HTTPRouteRewriteHost, HTTPRouteRewritePath ----------------------------------------------------------------
+MODIFY = _modifier(
+    "RequestHeaderModifier",
+    set={"X-Header-Set": "set-overwrites-values"},
+    add={"X-Header-Add": "header-val-1", "X-Header-Add-Append": "header-val-2"},
+    remove=["X-Header-Remove"],
+)
+MODIFY_SENT = {"X-Header-Remove": "remove-val", "X-Header-Add-Append": "append-val-1"}
+MODIFIED = {"x-header-set": "set-overwrites-values", "x-header-add": "header-val-1", "x-header-add-append": "append-val-1,header-val-2"}
+
+
+def _rewrite(rewrite: dict[str, Any], *extra: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"type": "URLRewrite", "urlRewrite": rewrite}, *extra]
+
+
+REWRITE_HOST = yaml.safe_dump(
+    {
+        "metadata": {"name": "rewrite-host"},
+        "spec": {
+            "hostnames": ["rewrite.example"],
+            "parentRefs": [{"name": "same-namespace"}],
+            "rules": [
+                {
+                    "matches": [_path("PathPrefix", "/one")],
+                    "filters": _rewrite({"hostname": "one.example.org"}),
+                    "backendRefs": [{"name": V1, "port": 8080}],
+                },
+                {"filters": _rewrite({"hostname": "example.org"}), "backendRefs": [{"name": V2, "port": 8080}]},
+                {
+                    "matches": [_path("PathPrefix", "/rewrite-host-and-modify-headers")],
+                    "filters": _rewrite({"hostname": "test.example.org"}, MODIFY),
+                    "backendRefs": [{"name": V2, "port": 8080}],
+                },
+            ],
+        },
+    }
+)
+
+
+@pytest.mark.parametrize(
+    ("path", "host", "backend"),
+    [
+        ("/one", "one.example.org", V1),
+        ("/two", "example.org", V2),
+        ("/rewrite-host-and-modify-headers", "test.example.org", V2),
+    ],
+)
+def test_rewrite_host(path: str, host: str, backend: str) -> None:
+    decision = forward(Gateways(REWRITE_HOST).send(path, host="rewrite.example", headers=MODIFY_SENT))
+    assert (decision.request.authority, decision.request.path) == (host, path)
+    assert decision.backend.hostname.startswith(f"{backend}.")
+    if path.startswith("/rewrite-host-and"):
+        seen = joined(decision.request.headers)
+        assert {k: seen.get(k) for k in MODIFIED} == MODIFIED
+        assert "x-header-remove" not in seen
+
+
+def _prefix(value: str) -> dict[str, Any]:
+    return {"path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": value}}
+
+
+def _full(value: str) -> dict[str, Any]:
+    return {"path": {"type": "ReplaceFullPath", "replaceFullPath": value}}
+
+
+REWRITE_PATH = _filtered(
+    ("/prefix/one", _rewrite(_prefix("/one"))),
+    ("/strip-prefix", _rewrite(_prefix("/"))),
+    ("/full/one", _rewrite(_full("/one"))),
+    ("/full/rewrite-path-and-modify-headers", _rewrite(_full("/test"), MODIFY)),
+    ("/prefix/rewrite-path-and-modify-headers", _rewrite(_prefix("/prefix"), MODIFY)),
+)
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("/prefix/one/two", "/one/two"),
+        ("/strip-prefix/three", "/three"),
+        ("/strip-prefix", "/"),
+        ("/full/one/two", "/one"),
+        ("/full/rewrite-path-and-modify-headers/test", "/test"),
+        ("/prefix/rewrite-path-and-modify-headers/one", "/prefix/one"),
+    ],
+)
+def test_rewrite_path(path: str, expected: str) -> None:
+    decision = forward(Gateways(REWRITE_PATH).send(path, headers=MODIFY_SENT))
+    assert decision.request.path == expected
+    if "modify-headers" in path:
+        seen = joined(decision.request.headers)
+        assert {k: seen.get(k) for k in MODIFIED} == MODIFIED
+        assert "x-header-remove" not in seen
