@@ -28,7 +28,18 @@ from ambit.controlplane.translate.ingress import translate_ingress
 from ambit.model.workload import Service
 from ambit.waypoint.decisions import Decision, Forward, RequestHead, Respond
 from ambit.waypoint.ingress_routing import IngressRouter
-from ambit.model.routes import BackendService
+from ambit.waypoint.retries import (
+    ArmAttemptTimer,
+    ArmRequestTimer,
+    AttemptStarted,
+    AttemptTimedOut,
+    ForwardResponse,
+    RequestTimedOut,
+    RespondLocally,
+    ResponseHead,
+    RetryMachine,
+)
+from ambit.model.routes import BackendService, Timeouts
 from ambit.tls.certs import issue_server_cert, new_ca
 
 INFRA = "gateway-conformance-infra"
@@ -963,3 +974,100 @@ def test_rewrite_path(path: str, expected: str) -> None:
         seen = joined(decision.request.headers)
         assert {k: seen.get(k) for k in MODIFIED} == MODIFIED
         assert "x-header-remove" not in seen
+
+
+# -- HTTPRouteTimeoutRequest, HTTPRouteTimeoutBackendRequest ----------------------------------------------------
+def _timed(field: str) -> str:
+    spec = {
+        "parentRefs": [{"name": "same-namespace"}],
+        "rules": [
+            {"matches": [_path("PathPrefix", p)], "backendRefs": [{"name": V1, "port": 8080}], "timeouts": {field: t}}
+            for p, t in (("/timeout", "500ms"), ("/disable-timeout", "0s"))
+        ],
+    }
+    return yaml.safe_dump({"metadata": {"name": "timeouts"}, "spec": spec})
+
+
+def _slow_backend(decision: Forward) -> list[Any]:
+    """What the exchange answers when the backend takes 1 s to answer (the suite's ``?delay=1s``): the commands
+    after the timers that fire before then."""
+    machine = RetryMachine(decision.retry, decision.timeouts, now=0.0)
+    commands = machine.begin()
+    commands += machine.handle(AttemptStarted(1, 0.0))
+    due = sorted(
+        (c.deadline, c) for c in commands if isinstance(c, ArmRequestTimer | ArmAttemptTimer) and c.deadline < 1.0
+    )
+    if not due:
+        return machine.handle(ResponseHead(1, 200, 1.0))
+    timer = due[0][1]
+    return machine.handle(RequestTimedOut() if isinstance(timer, ArmRequestTimer) else AttemptTimedOut(1, timer.deadline))
+
+
+@pytest.mark.parametrize("field", ["request", "backendRequest"])
+def test_timeouts(field: str) -> None:
+    gateways = Gateways(_timed(field))
+    limited = forward(gateways.send("/timeout?delay=1s"))
+    assert limited.timeouts == (Timeouts(request=0.5) if field == "request" else Timeouts(backend_request=0.5))
+    answered = [c for c in _slow_backend(limited) if isinstance(c, RespondLocally)]
+    assert [c.status for c in answered] == [504]
+    unlimited = forward(gateways.send("/disable-timeout?delay=1s"))
+    assert unlimited.timeouts == Timeouts()
+    assert any(isinstance(c, ForwardResponse) for c in _slow_backend(unlimited))
+
+
+# -- HTTPRouteRequestMirror, HTTPRouteRequestMultipleMirrors, HTTPRouteRequestPercentageMirror ---------------------
+def _mirror(backend: str, **share: Any) -> dict[str, Any]:
+    return {"type": "RequestMirror", "requestMirror": {"backendRef": {"name": backend, "port": 8080}, **share}}
+
+
+MIRRORS = _filtered(
+    ("/mirror", [_mirror(V2)]),
+    ("/mirror-and-modify-headers", [MODIFY, _mirror(V2)]),
+    ("/multi-mirror", [_mirror(V2), _mirror(V3)]),
+    ("/multi-mirror-and-modify-request-headers", [MODIFY, _mirror(V2), _mirror(V3)]),
+    ("/percent-mirror", [_mirror(V2, percent=20)]),
+    ("/percent-mirror-fraction", [_mirror(V2, fraction={"numerator": 25, "denominator": 50})]),
+    ("/percent-mirror-and-modify-headers", [MODIFY, _mirror(V2, percent=35)]),
+)
+
+
+@pytest.mark.parametrize(
+    ("path", "mirrored"),
+    [
+        ("/mirror", [V2]),
+        ("/mirror-and-modify-headers", [V2]),
+        ("/multi-mirror", [V2, V3]),
+        ("/multi-mirror-and-modify-request-headers", [V2, V3]),
+    ],
+)
+def test_request_mirrors(path: str, mirrored: list[str]) -> None:
+    decision = forward(Gateways(MIRRORS).send(path, headers=MODIFY_SENT))
+    assert decision.backend.hostname.startswith(f"{V1}.")
+    assert [b.hostname.partition(".")[0] for b, _ in decision.mirrors] == mirrored
+    for _, copy in decision.mirrors:
+        assert copy.path == path
+        if "modify" in path:
+            seen = joined(copy.headers)
+            assert {k: seen.get(k) for k in MODIFIED} == MODIFIED
+            assert "x-header-remove" not in seen
+
+
+@pytest.mark.parametrize(
+    ("path", "percent"),
+    [("/percent-mirror", 20), ("/percent-mirror-fraction", 50), ("/percent-mirror-and-modify-headers", 35)],
+)
+def test_percentage_mirror(path: str, percent: int) -> None:
+    gateways = Gateways(MIRRORS)
+    samples = 2000
+    copies = sum(len(forward(gateways.send(path, random=i / samples)).mirrors) for i in range(samples))
+    assert abs(copies / samples * 100 - percent) < 3
+
+
+# -- HTTPRouteNamedRule ----------------------------------------------------------------------------------------
+def test_named_rule() -> None:
+    route = yaml.safe_load(_rules((_path("PathPrefix", "/named"), V1), (_path("PathPrefix", "/unnamed"), V2)))
+    route["spec"]["rules"][0]["name"] = "named-rule"
+    gateways = Gateways(yaml.safe_dump(route))
+    assert (gateways.backend("/named"), gateways.backend("/unnamed")) == (V1, V2)
+    (status,) = gateways.out.status
+    assert [c.status for c in status.parents[0].conditions] == [True, True]
