@@ -25,7 +25,9 @@ import pytest
 import yaml
 
 from ambit.controlplane.translate.ingress import translate_ingress
+from ambit.model.routes import BackendService, Timeouts
 from ambit.model.workload import Service
+from ambit.tls.certs import issue_server_cert, new_ca
 from ambit.waypoint.decisions import Decision, Forward, RequestHead, Respond
 from ambit.waypoint.ingress_routing import IngressRouter
 from ambit.waypoint.retries import (
@@ -38,9 +40,8 @@ from ambit.waypoint.retries import (
     RespondLocally,
     ResponseHead,
     RetryMachine,
+    StartAttempt,
 )
-from ambit.model.routes import BackendService, Timeouts
-from ambit.tls.certs import issue_server_cert, new_ca
 
 INFRA = "gateway-conformance-infra"
 CA = new_ca("conformance CA", now=time.time())
@@ -51,7 +52,10 @@ def _secret() -> dict[str, Any]:
     return {
         "metadata": {"namespace": INFRA, "name": "certificate"},
         "type": "kubernetes.io/tls",
-        "data": {"tls.crt": base64.b64encode(PAIR.cert_pem).decode(), "tls.key": base64.b64encode(PAIR.key_pem).decode()},
+        "data": {
+            "tls.crt": base64.b64encode(PAIR.cert_pem).decode(),
+            "tls.key": base64.b64encode(PAIR.key_pem).decode(),
+        },
     }
 
 
@@ -233,8 +237,7 @@ def _rules(*rules: tuple[dict[str, Any] | list[dict[str, Any]], str]) -> str:
     spec = {
         "parentRefs": [{"name": "same-namespace"}],
         "rules": [
-            {"matches": m if isinstance(m, list) else [m], "backendRefs": [{"name": b, "port": 8080}]}
-            for m, b in rules
+            {"matches": m if isinstance(m, list) else [m], "backendRefs": [{"name": b, "port": 8080}]} for m, b in rules
         ],
     }
     return yaml.safe_dump({"metadata": {"name": "route"}, "spec": spec})
@@ -427,7 +430,10 @@ LISTENER_HOSTS = "---\n".join(
         _catch_all("backend-v1", V1, {"name": "hosts", "sectionName": "listener-1"}),
         _catch_all("backend-v2", V2, {"name": "hosts", "sectionName": "listener-2"}),
         _catch_all(
-            "backend-v3", V3, {"name": "hosts", "sectionName": "listener-3"}, {"name": "hosts", "sectionName": "listener-4"}
+            "backend-v3",
+            V3,
+            {"name": "hosts", "sectionName": "listener-3"},
+            {"name": "hosts", "sectionName": "listener-4"},
         ),
     ]
 )
@@ -569,7 +575,11 @@ def _modifier_rules(kind: str) -> str:
                 _modifier(
                     kind,
                     set={"X-Header-Set-1": "header-set-1", "X-Header-Set-2": "header-set-2"},
-                    add={"X-Header-Add-1": "header-add-1", "X-Header-Add-2": "header-add-2", "X-Header-Add-3": "header-add-3"},
+                    add={
+                        "X-Header-Add-1": "header-add-1",
+                        "X-Header-Add-2": "header-add-2",
+                        "X-Header-Add-3": "header-add-3",
+                    },
                     remove=["X-Header-Remove-1", "X-Header-Remove-2"],
                 )
             ],
@@ -627,7 +637,11 @@ HEADER_CASES = [
     (
         "/case-insensitivity",
         {"x-header-set": "original-val-set", "x-header-add": "original-val-add", "x-header-remove": "r"},
-        {"x-header-set": "header-set", "x-header-add": "original-val-add,header-add", "x-mixedcase-add-1": "mixedcase-add-1"},
+        {
+            "x-header-set": "header-set",
+            "x-header-add": "original-val-add,header-add",
+            "x-mixedcase-add-1": "mixedcase-add-1",
+        },
         ["x-header-remove"],
     ),
 ]
@@ -665,7 +679,11 @@ def test_response_and_request_header_modifiers_on_one_rule() -> None:
     assert decision.response_headers is not None
     backend = [("x-header-add-2", "add-val-2"), ("x-header-remove-1", "v"), ("x-header-echo", "echo")]
     answered = joined(decision.response_headers.applied(backend))
-    assert answered == {"x-header-add-2": "add-val-2,header-add-2", "x-header-echo": "echo", "x-header-set-1": "header-set-1"}
+    assert answered == {
+        "x-header-add-2": "add-val-2,header-add-2",
+        "x-header-echo": "echo",
+        "x-header-set-1": "header-set-1",
+    }
 
 
 # -- HTTPRouteRequestHeaderModifierBackendWeights, HTTPRouteWeight -----------------------------------------------
@@ -685,7 +703,9 @@ def test_a_backends_own_header_modifier_goes_with_that_backend() -> None:
     ]
     decisions = _draws(Gateways(_weighted(*refs)), 100)
     for decision in decisions:
-        assert [v for n, v in decision.request.headers if n == "backend"] == [decision.backend.hostname.partition(".")[0]]
+        assert [v for n, v in decision.request.headers if n == "backend"] == [
+            decision.backend.hostname.partition(".")[0]
+        ]
     assert {d.backend.hostname.partition(".")[0] for d in decisions} == {V1, V2}
 
 
@@ -733,14 +753,23 @@ REDIRECTS = _redirects(
     ("/full", {"path": {"type": "ReplaceFullPath", "replaceFullPath": "/full-path-replacement"}}),
     (
         "/path-and-host",
-        {"hostname": "example.org", "path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/replacement-prefix"}},
+        {
+            "hostname": "example.org",
+            "path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/replacement-prefix"},
+        },
     ),
     (
         "/path-and-status",
         {"statusCode": 301, "path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/replacement-prefix"}},
     ),
-    ("/full-path-and-host", {"hostname": "example.org", "path": {"type": "ReplaceFullPath", "replaceFullPath": "/replacement-full"}}),
-    ("/full-path-and-status", {"statusCode": 301, "path": {"type": "ReplaceFullPath", "replaceFullPath": "/replacement-full"}}),
+    (
+        "/full-path-and-host",
+        {"hostname": "example.org", "path": {"type": "ReplaceFullPath", "replaceFullPath": "/replacement-full"}},
+    ),
+    (
+        "/full-path-and-status",
+        {"statusCode": 301, "path": {"type": "ReplaceFullPath", "replaceFullPath": "/replacement-full"}},
+    ),
     ("/port", {"port": 8083}),
     ("/port-and-host", {"port": 8083, "hostname": "example.org"}),
     ("/port-and-status", {"port": 8083, "statusCode": 301}),
@@ -890,7 +919,11 @@ MODIFY = _modifier(
     remove=["X-Header-Remove"],
 )
 MODIFY_SENT = {"X-Header-Remove": "remove-val", "X-Header-Add-Append": "append-val-1"}
-MODIFIED = {"x-header-set": "set-overwrites-values", "x-header-add": "header-val-1", "x-header-add-append": "append-val-1,header-val-2"}
+MODIFIED = {
+    "x-header-set": "set-overwrites-values",
+    "x-header-add": "header-val-1",
+    "x-header-add-append": "append-val-1,header-val-2",
+}
 
 
 def _rewrite(rewrite: dict[str, Any], *extra: dict[str, Any]) -> list[dict[str, Any]]:
@@ -1000,7 +1033,9 @@ def _slow_backend(decision: Forward) -> list[Any]:
     if not due:
         return machine.handle(ResponseHead(1, 200, 1.0))
     timer = due[0][1]
-    return machine.handle(RequestTimedOut() if isinstance(timer, ArmRequestTimer) else AttemptTimedOut(1, timer.deadline))
+    return machine.handle(
+        RequestTimedOut() if isinstance(timer, ArmRequestTimer) else AttemptTimedOut(1, timer.deadline)
+    )
 
 
 @pytest.mark.parametrize("field", ["request", "backendRequest"])
@@ -1071,3 +1106,56 @@ def test_named_rule() -> None:
     assert (gateways.backend("/named"), gateways.backend("/unnamed")) == (V1, V2)
     (status,) = gateways.out.status
     assert [c.status for c in status.parents[0].conditions] == [True, True]
+
+
+# -- HTTPRouteRetry --------------------------------------------------------------------------------------------
+RETRIES = yaml.safe_dump(
+    {
+        "metadata": {"name": "retries"},
+        "spec": {
+            "parentRefs": [{"name": "same-namespace"}],
+            "rules": [
+                {
+                    "matches": [_path("PathPrefix", p)],
+                    "retry": retry,
+                    "backendRefs": [{"name": V3, "port": 8080}],
+                }
+                for p, retry in (
+                    ("/retry/code-500-attempts-3", {"codes": [500], "attempts": 3}),
+                    ("/retry/code-all-attempts-2", {"codes": [500, 502, 503, 504], "attempts": 2}),
+                )
+            ],
+        },
+    }
+)
+
+
+def _exchange(decision: Forward, status: int, failures: int) -> int:
+    """The status the client gets when the backend answers ``status`` to the first ``failures`` tries, then 200."""
+    machine = RetryMachine(decision.retry, decision.timeouts, now=0.0)
+    commands, now, last = machine.begin(), 0.0, 0
+    while True:
+        started = [c for c in commands if isinstance(c, StartAttempt)]
+        if not started:
+            assert [c for c in commands if isinstance(c, ForwardResponse)]
+            return last
+        attempt = started[0].attempt
+        now += started[0].delay
+        machine.handle(AttemptStarted(attempt, now))
+        last = status if attempt <= failures else 200
+        commands = machine.handle(ResponseHead(attempt, last, now))
+
+
+@pytest.mark.parametrize(
+    ("path", "status", "failures", "expected"),
+    [
+        ("/retry/code-500-attempts-3", 500, 2, 200),
+        ("/retry/code-500-attempts-3", 500, 4, 500),
+        ("/retry/code-500-attempts-3", 503, 2, 503),
+        *(("/retry/code-all-attempts-2", code, 1, 200) for code in (500, 502, 503, 504)),
+        *(("/retry/code-all-attempts-2", code, 3, code) for code in (500, 502, 503, 504)),
+    ],
+)
+def test_retry(path: str, status: int, failures: int, expected: int) -> None:
+    decision = forward(Gateways(RETRIES).send(path))
+    assert _exchange(decision, status, failures) == expected
