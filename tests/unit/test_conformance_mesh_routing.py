@@ -77,9 +77,9 @@ def to_mesh(manifests: str) -> str:
     for doc in yaml.safe_load_all(manifests):
         if not doc or doc.get("kind", "HTTPRoute") != "HTTPRoute":
             continue
-        doc = copy.deepcopy(doc)
-        doc["spec"]["parentRefs"] = [ECHO]
-        docs.append(doc)
+        attached = copy.deepcopy(doc)
+        attached["spec"]["parentRefs"] = [ECHO]
+        docs.append(attached)
     text = yaml.safe_dump_all(docs)
     assert "infra-backend-v3" not in text
     return text.replace("infra-backend-v", "echo-v")
