@@ -12,8 +12,11 @@ the Service and port it was sent to, as the waypoint's shell picks it.
 - MeshHTTPRouteSimpleSameNamespace, MeshHTTPRouteMatching, MeshHTTPRouteQueryParamMatching,
   MeshHTTPRouteRequestHeaderModifier, MeshHTTPRouteRedirectHostAndStatus, MeshHTTPRouteRedirectPath,
   MeshHTTPRouteRedirectPort, MeshHTTPRouteRedirectScheme, MeshHTTPRouteRewritePath, MeshHTTPRouteNamedRule,
-  MeshHTTPRouteBackendRequestHeaderModification: the gateway cases' manifests (:mod:`test_conformance_routing`)
-  attached to the Service ``echo`` port 80 instead, with their backends ``echo-v1``/``echo-v2`` port 8080.
+  MeshHTTPRouteBackendRequestHeaderModification, MeshHTTPRouteWeight (skipped by Istio, checked anyway): the
+  gateway cases' manifests (:mod:`test_conformance_routing`) attached to the Service ``echo`` port 80 instead, with
+  their backends ``echo-v1``/``echo-v2`` port 8080.
+- MeshGRPCRouteRequestHeaderModifier: a GRPCRoute on ``echo`` port 7070 picks its rule by header and edits the
+  request's headers.
 """
 
 from __future__ import annotations
@@ -104,6 +107,7 @@ class Mesh:
             gateways=[o for o in objects if o["kind"] == "Gateway"],
             gateway_classes=[o for o in objects if o["kind"] == "GatewayClass"],
             http_routes=[o for o in objects if o["kind"] == "HTTPRoute"],
+            grpc_routes=[o for o in objects if o["kind"] == "GRPCRoute"],
         )
         (self.config,) = self.out.waypoint_configs
 
@@ -373,3 +377,76 @@ def test_mesh_weights_split_requests() -> None:
     mesh = Mesh(manifest)
     names = [mesh.backend("/", random=i / 1000) for i in range(1000)]
     assert (names.count("echo-v1"), names.count("echo-v2")) == (700, 300)
+
+
+# -- MeshGRPCRouteRequestHeaderModifier -------------------------------------------------------------------------
+def _grpc_rule(case: str, backend: str, **edits: Any) -> dict[str, Any]:
+    return {
+        "matches": [{"headers": [{"name": "x-test-case", "value": case}]}],
+        "filters": [gw._modifier("RequestHeaderModifier", **edits)],
+        "backendRefs": [{"name": backend, "port": 7070}],
+    }
+
+
+GRPC_MODIFIER = yaml.safe_dump(
+    {
+        "kind": "GRPCRoute",
+        "metadata": {"name": "grpc-request-header-modifier"},
+        "spec": {
+            "parentRefs": [{"group": "", "kind": "Service", "name": "echo", "port": 7070}],
+            "rules": [
+                _grpc_rule("set", "echo-v1", set={"x-header-set": "set-overwrites-values"}),
+                _grpc_rule("add", "echo-v1", add={"x-header-add": "add-appends-values"}),
+                _grpc_rule("remove", "echo-v1", remove=["x-header-remove"]),
+                _grpc_rule(
+                    "multi",
+                    "echo-v2",
+                    set={"x-header-set-1": "header-set-1", "x-header-set-2": "header-set-2"},
+                    add={"x-header-add-1": "header-add-1", "x-header-add-2": "header-add-2"},
+                    remove=["x-header-remove-1", "x-header-remove-2"],
+                ),
+            ],
+        },
+    }
+)
+
+
+@pytest.mark.parametrize(
+    ("case", "sent", "backend", "expected", "absent"),
+    [
+        (
+            "set",
+            {"x-header-set": "old", "some-other-header": "kept"},
+            "echo-v1",
+            {"x-header-set": "set-overwrites-values", "some-other-header": "kept"},
+            [],
+        ),
+        ("add", {"x-header-add": "first"}, "echo-v1", {"x-header-add": "first,add-appends-values"}, []),
+        ("remove", {"x-header-remove": "gone"}, "echo-v1", {}, ["x-header-remove"]),
+        (
+            "multi",
+            {"x-header-set-2": "old", "x-header-add-2": "add-header-2", "x-header-remove-2": "gone"},
+            "echo-v2",
+            {
+                "x-header-set-1": "header-set-1",
+                "x-header-set-2": "header-set-2",
+                "x-header-add-1": "header-add-1",
+                "x-header-add-2": "add-header-2,header-add-2",
+            },
+            ["x-header-remove-1", "x-header-remove-2"],
+        ),
+    ],
+)
+def test_mesh_grpc_request_header_modifier(
+    case: str, sent: dict[str, str], backend: str, expected: dict[str, str], absent: list[str]
+) -> None:
+    headers = {"content-type": "application/grpc", "x-test-case": case, **sent}
+    decision = Mesh(GRPC_MODIFIER).send(
+        "/grpc.testing.TestService/UnaryCall", service="echo", port=7070, method="POST", headers=headers
+    )
+    decision = forward(decision)
+    assert decision.backend == BackendService(MESH, host(backend), 7070)
+    seen = gw.joined(decision.request.headers)
+    assert {k: seen.get(k) for k in expected} == expected
+    assert seen["x-test-case"] == case
+    assert not set(absent) & set(seen)
