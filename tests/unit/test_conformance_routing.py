@@ -12,6 +12,21 @@ suite's base: gateways ``same-namespace``, ``all-namespaces``, ``backend-namespa
 - HTTPRouteHeaderMatching: header matches, case-insensitive names, more headers first.
 - HTTPRouteQueryParamMatching: query params, and precedence of more params.
 - HTTPRouteMethodMatching: methods, and method matches before path-only ones of equal path.
+- HTTPRouteListenerHostnameMatching, HTTPRouteListenerPortMatching: the listener by host and port, then its routes.
+- HTTPRouteSimpleSameNamespace, HTTPRouteCrossNamespace, HTTPRouteMultipleGateways: which gateway serves a route.
+- HTTPRouteRequestHeaderModifier, HTTPRouteResponseHeaderModifier, HTTPRouteBackendRequestHeaderModification:
+  set, add and remove, names case-insensitive, on the rule or on its backendRefs.
+- HTTPRouteRequestHeaderModifierBackendWeights, HTTPRouteWeight: each backend's own modifier goes with it; 70/30/0.
+- HTTPRouteRedirectHostAndStatus, HTTPRouteRedirectPath, HTTPRouteRedirectPort, HTTPRouteRedirectScheme,
+  HTTPRouteRedirectPortAndScheme: the ``Location`` as the suite reads it (listeners on 80, 8080 and HTTPS 443).
+- HTTPRouteRewriteHost, HTTPRouteRewritePath: what the backend sees, with header modifiers on the same rule.
+- HTTPRouteTimeoutRequest, HTTPRouteTimeoutBackendRequest: 504 from the retry machine for a 1 s backend; ``0s``
+  is no limit.
+- HTTPRouteRequestMirror, HTTPRouteRequestMultipleMirrors, HTTPRouteRequestPercentageMirror: copies, their
+  headers, and their rate (percent and fraction).
+- HTTPRouteNamedRule, HTTPRouteRetry: a named rule routes like any; retries by code and attempts.
+- HTTPRouteHTTPSListener, HTTPRouteOmittedBackendRefs: the server name picks the listener; a rule without
+  backends answers 500.
 """
 
 from __future__ import annotations
@@ -1159,3 +1174,59 @@ def _exchange(decision: Forward, status: int, failures: int) -> int:
 def test_retry(path: str, status: int, failures: int, expected: int) -> None:
     decision = forward(Gateways(RETRIES).send(path))
     assert _exchange(decision, status, failures) == expected
+
+
+# -- HTTPRouteHTTPSListener, HTTPRouteOmittedBackendRefs --------------------------------------------------------
+def _two_https_listeners() -> str:
+    gateway = yaml.safe_load(_https_gateway())
+    (plain,) = gateway["spec"]["listeners"]
+    named = dict(plain, name="https-with-hostname", hostname="second-example.org")
+    gateway["spec"]["listeners"] = [plain, named]
+    return yaml.safe_dump(gateway)
+
+
+HTTPS_LISTENER = "---\n".join(
+    [
+        _two_https_listeners(),
+        yaml.safe_dump(
+            {
+                "metadata": {"name": "httproute-https-test"},
+                "spec": {
+                    "parentRefs": [{"name": "https-gateway"}],
+                    "hostnames": ["example.org"],
+                    "rules": [{"backendRefs": [{"name": V1, "port": 8080}]}],
+                },
+            }
+        ),
+        _catch_all(
+            "httproute-https-test-no-hostname", V2, {"name": "https-gateway", "sectionName": "https-with-hostname"}
+        ),
+    ]
+)
+
+
+@pytest.mark.parametrize(
+    ("server_name", "expected"),
+    [("example.org", V1), ("unknown-example.org", "404"), ("second-example.org", V2)],
+)
+def test_https_listener_routes_by_the_server_name(server_name: str, expected: str) -> None:
+    gateways = Gateways(HTTPS_LISTENER)
+    router = gateways.routers["https-gateway"]
+    listener = router.pick_listener(443, server_name)  # at the handshake
+    assert listener is not None
+    request = RequestHead("GET", "/", server_name, scheme="https")
+    decision = router.decide(None, BackendService("", listener.name, 443), request, 0.0)
+    got = str(decision.status) if isinstance(decision, Respond) else decision.backend.hostname.partition(".")[0]
+    assert got == expected
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"), [("/forward", V1), ("/omitted-no-forward", "500"), ("/empty-no-forward", "500")]
+)
+def test_omitted_backend_refs_answer_500(path: str, expected: str) -> None:
+    route = yaml.safe_load(_rules((_path("PathPrefix", "/"), V1)))
+    route["spec"]["rules"][:0] = [
+        {"matches": [_path("Exact", "/omitted-no-forward")]},
+        {"matches": [_path("Exact", "/empty-no-forward")], "backendRefs": []},
+    ]
+    assert Gateways(yaml.safe_dump(route)).backend(path) == expected
