@@ -80,6 +80,7 @@ def _service(name: str, namespace: str = INFRA) -> Service:
 
 SERVICES = [
     *(_service(f"infra-backend-v{i}") for i in (1, 2, 3)),
+    *(_service(f"grpc-infra-backend-v{i}") for i in (1, 2, 3)),
     _service("web-backend", "gateway-conformance-web-backend"),
     _service("app-backend-v1", "gateway-conformance-app-backend"),
     _service("app-backend-v2", "gateway-conformance-app-backend"),
@@ -120,6 +121,7 @@ class Gateways:
         self.out = translate_ingress(
             gateways=GATEWAYS + gws,
             http_routes=[d for d in docs if d.get("kind", "HTTPRoute") == "HTTPRoute"],
+            grpc_routes=[d for d in docs if d.get("kind") == "GRPCRoute"],
             k8s_services=SERVICES,
             find_secret=lambda ns, name: _secret() if (ns, name) == (INFRA, "certificate") else None,
             namespace_labels=LABELS,
