@@ -8,11 +8,11 @@ the Service and port it was sent to, as the waypoint's shell picks it.
 - MeshPorts: a parentRef with a port binds that port only; without one, every port.
 - MeshFrontend, MeshFrontendHostname: the route follows the Service addressed, not the ``Host`` header; a pod
   addressed directly has no route.
-- MeshSplit: Exact paths split between two Services.
+- MeshTrafficSplit (mesh-split): Exact paths split between two Services.
 - MeshHTTPRouteSimpleSameNamespace, MeshHTTPRouteMatching, MeshHTTPRouteQueryParamMatching,
   MeshHTTPRouteRequestHeaderModifier, MeshHTTPRouteRedirectHostAndStatus, MeshHTTPRouteRedirectPath,
-  MeshHTTPRouteRedirectPort, MeshHTTPRouteRedirectScheme, MeshHTTPRouteRewritePath, MeshHTTPRouteNamedRule,
-  MeshHTTPRouteBackendRequestHeaderModification, MeshHTTPRouteWeight (skipped by Istio, checked anyway): the
+  MeshHTTPRouteRedirectPort, MeshHTTPRouteSchemeRedirect, MeshHTTPRouteRewritePath, MeshHTTPRouteNamedRule,
+  MeshHTTPRouteBackendRequestHeaderModifier, MeshHTTPRouteWeight (skipped by Istio, checked anyway): the
   gateway cases' manifests (:mod:`test_conformance_routing`) attached to the Service ``echo`` port 80 instead, with
   their backends ``echo-v1``/``echo-v2`` port 8080.
 - MeshGRPCRouteRequestHeaderModifier: a GRPCRoute on ``echo`` port 7070 picks its rule by header and edits the
