@@ -27,6 +27,8 @@ suite's base: gateways ``same-namespace``, ``all-namespaces``, ``backend-namespa
 - HTTPRouteNamedRule, HTTPRouteRetry: a named rule routes like any; retries by code and attempts.
 - HTTPRouteHTTPSListener, HTTPRouteOmittedBackendRefs: the server name picks the listener; a rule without
   backends answers 500.
+- HTTPRouteServiceTypes: headless Services and Services whose EndpointSlices were written by hand (naming the
+  pod) are routed to and have the pod as endpoint (through :func:`translate_all`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
+from ambit.controlplane.translate import translate_all
 from ambit.controlplane.translate.ingress import translate_ingress
 from ambit.model.routes import BackendService, Timeouts
 from ambit.model.workload import Service
@@ -1232,3 +1235,64 @@ def test_omitted_backend_refs_answer_500(path: str, expected: str) -> None:
         {"matches": [_path("Exact", "/empty-no-forward")], "backendRefs": []},
     ]
     assert Gateways(yaml.safe_dump(route)).backend(path) == expected
+
+
+# -- HTTPRouteServiceTypes -------------------------------------------------------------------------------------
+def test_service_types_headless_and_manual_endpoint_slices_reach_the_pod() -> None:
+    """The suite's manual slices name the infra-backend-v1 pod as ``targetRef`` of Services without a selector."""
+    pod_ip = "10.244.0.9"
+    pod = {
+        "kind": "Pod",
+        "metadata": {"name": "infra-backend-v1-0", "namespace": INFRA, "uid": "u1", "labels": {"app": V1}},
+        "spec": {"nodeName": "node-1", "containers": [{"name": "echo", "ports": [{"containerPort": 3000}]}]},
+        "status": {"phase": "Running", "podIP": pod_ip, "podIPs": [{"ip": pod_ip}]},
+    }
+
+    def service(name: str, *, selector: bool, headless: bool, address: str = "10.96.5.1") -> dict[str, Any]:
+        spec: dict[str, Any] = {
+            "clusterIP": "None" if headless else address,
+            "ports": [{"name": "first-port", "port": 8080, "targetPort": 3000}],
+        }
+        if selector:
+            spec["selector"] = {"app": V1}
+        return {"kind": "Service", "metadata": {"name": name, "namespace": INFRA}, "spec": spec}
+
+    def manual_slice(name: str) -> dict[str, Any]:
+        endpoint = {
+            "addresses": [pod_ip],
+            "conditions": {"ready": True},
+            "targetRef": {"kind": "Pod", "name": "infra-backend-v1-0", "namespace": INFRA},
+        }
+        return {
+            "kind": "EndpointSlice",
+            "metadata": {"name": f"{name}-ip4", "namespace": INFRA, "labels": {"kubernetes.io/service-name": name}},
+            "addressType": "IPv4",
+            "ports": [{"name": "first-port", "port": 3000, "protocol": "TCP"}],
+            "endpoints": [endpoint],
+        }
+
+    kinds = ("manual-endpointslices", "headless", "headless-manual-endpointslices")
+    route = yaml.safe_load(_rules(*((_path("Exact", f"/{name}"), name) for name in kinds)))
+    route["metadata"]["namespace"] = INFRA
+    translation = translate_all(
+        pods=[pod],
+        services=[
+            service(V1, selector=True, headless=False, address="10.96.5.2"),
+            service("manual-endpointslices", selector=False, headless=False),
+            service("headless", selector=True, headless=True),
+            service("headless-manual-endpointslices", selector=False, headless=True),
+        ],
+        endpoint_slices=[manual_slice("manual-endpointslices"), manual_slice("headless-manual-endpointslices")],
+        namespaces=[{"kind": "Namespace", "metadata": {"name": INFRA}}],
+        gateways=[GATEWAYS[0]],
+        http_routes=[route],
+    )
+    (config,) = translation.gateway_configs
+    router = IngressRouter(config)
+    (workload,) = translation.config.workloads
+    for name in kinds:
+        decision = forward(router.decide(None, BackendService("", "", 80), RequestHead("GET", f"/{name}", "gw"), 0.0))
+        backend = decision.backend
+        assert (backend.hostname, backend.port) == (f"{name}.{INFRA}.svc.cluster.local", 8080)
+        mappings = workload.services[f"{INFRA}/{backend.hostname}"]
+        assert [(m.service_port, m.target_port) for m in mappings] == [(8080, 3000)]
