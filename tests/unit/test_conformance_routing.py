@@ -29,6 +29,8 @@ suite's base: gateways ``same-namespace``, ``all-namespaces``, ``backend-namespa
   backends answers 500.
 - HTTPRouteServiceTypes: headless Services and Services whose EndpointSlices were written by hand (naming the
   pod) are routed to and have the pod as endpoint (through :func:`translate_all`).
+- HTTPRouteBackendURLRewrite, HTTPRouteBackendRequestRedirect (in the snapshot, not in Istio's v1.6.0): refused
+  with InvalidFilter, as Istio refuses them; these upstream tests would fail, as they would for Istio.
 """
 
 from __future__ import annotations
@@ -1296,3 +1298,23 @@ def test_service_types_headless_and_manual_endpoint_slices_reach_the_pod() -> No
         assert (backend.hostname, backend.port) == (f"{name}.{INFRA}.svc.cluster.local", 8080)
         mappings = workload.services[f"{INFRA}/{backend.hostname}"]
         assert [(m.service_port, m.target_port) for m in mappings] == [(8080, 3000)]
+
+
+# -- HTTPRouteBackendURLRewrite, HTTPRouteBackendRequestRedirect (upstream after v1.6.0) ---------------------------
+@pytest.mark.parametrize(
+    "backend_filter",
+    [
+        {"type": "URLRewrite", "urlRewrite": {"path": {"type": "ReplaceFullPath", "replaceFullPath": "/rewritten"}}},
+        {"type": "RequestRedirect", "requestRedirect": {"hostname": "example.org"}},
+    ],
+)
+def test_backend_rewrite_and_redirect_filters_are_refused_as_istio_refuses_them(backend_filter: dict[str, Any]) -> None:
+    """Not conformance Istio claims (its Gateway API v1.6.0 has no such features; its conversion answers
+    InvalidFilter for any backendRef filter but the header modifiers): the backend is unresolved, so its share
+    answers 500, and ResolvedRefs says why."""
+    gateways = Gateways(_weighted({"name": V1, "port": 8080, "filters": [backend_filter]}))
+    decision = gateways.send("/full/original")
+    assert isinstance(decision, Respond) and decision.status == 500
+    (status,) = gateways.out.status
+    resolved = status.parents[0].conditions[1]
+    assert (resolved.type, resolved.status, resolved.reason) == ("ResolvedRefs", False, "InvalidFilter")
