@@ -21,8 +21,10 @@ Rules:
    none: its in-cluster hostname is reported instead, as ``Hostname`` (istiod reports the internal addresses of
    the class's address type, ``Hostname`` for class ``istio``). That address is what makes the Gateway a
    waypoint candidate (a "sandwich", :mod:`ambit.controlplane.translate.waypoints` rule 1).
-4. One listener status per judged listener: ``attachedRoutes`` as counted by the caller, ``supportedKinds`` (an
-   accepted listener's, by :mod:`ambit.controlplane.translate.route_kinds` among the kinds the ingress serves:
+4. One listener status per judged listener: ``attachedRoutes`` as counted by the caller, ``supportedKinds`` (by
+   the listener's protocol whether or not it is accepted, as istiod lists them: a listener refused for want of a
+   ReferenceGrant still lists HTTPRoute on HTTPS, one of an unknown protocol lists none;
+   :mod:`ambit.controlplane.translate.route_kinds` among the kinds the ingress serves:
    HTTPRoute and GRPCRoute on HTTP and HTTPS, TLSRoute on TLS passthrough, TLSRoute and TCPRoute on TLS
    ``Terminate``, TCPRoute on TCP), and conditions
    ``Accepted``, ``Conflicted``, ``ResolvedRefs`` from the judgement (False/``InvalidRouteKinds`` instead when
@@ -255,7 +257,7 @@ def listener_status(item: JudgedListener, raw: Mapping[str, Any], generation: An
     if item.conflicted[0]:
         return _conflicted_listener(item, raw, generation)
     ok = item.ready
-    kinds, valid = supported_kinds(raw, INGRESS_ROUTE_KINDS) if item.accepted[0] else ([], True)
+    kinds, valid = supported_kinds(raw, INGRESS_ROUTE_KINDS)  # by protocol, accepted or not, as istiod
     resolved = item.resolved if valid else INVALID_ROUTE_KINDS
     return {
         "name": item.name,
