@@ -15,7 +15,12 @@ Each case replays one upstream conformance test with manifests of our own.
 - GatewaySecretReferenceGrantSpecific, GatewaySecretReferenceGrantAllInNamespace: a fitting grant → Programmed
   and ResolvedRefs True.
 - GatewayObservedGenerationBump: every condition, the listeners' too, carries the Gateway's generation.
-- GatewayModifyListeners: a listener added or removed is reported, the Gateway's conditions follow.
+- GatewayModifyListeners: a listener added or removed is reported, the Gateway's conditions follow, and a route
+  naming the Gateway without a sectionName counts on the HTTP and the HTTPS listener alike.
+- GatewayInfrastructure: ``spec.infrastructure`` labels and annotations reach the ServiceAccount, the pods and the
+  Service, which carry the ``gateway.networking.k8s.io/gateway-name`` label the suite lists them by.
+- GatewayNameMaximumLength: a Gateway named with 253 characters cannot be deployed (its Service name would not be
+  a DNS label) but still gets its conditions, at its generation (as istiod, which does not shorten names either).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from typing import Any
 import pytest
 
 from ambit.controlplane.gateway.ingress_status import ingress_attached_routes, ingress_status
+from ambit.controlplane.gateway.render import Rendered, Unrenderable, WaypointTemplateSettings, render_waypoint
 from ambit.controlplane.gateway.status import Deployed
 from ambit.controlplane.translate.listeners import judge_listeners
 from ambit.controlplane.translate.reference_grants import ReferenceGrants
@@ -55,9 +61,9 @@ SECRETS = {
 }
 
 
-def gateway(*listeners: dict[str, Any], generation: int = 1) -> dict[str, Any]:
+def gateway(*listeners: dict[str, Any], generation: int = 1, name: str = "gw") -> dict[str, Any]:
     return {
-        "metadata": {"namespace": INFRA, "name": "gw", "generation": generation},
+        "metadata": {"namespace": INFRA, "name": name, "generation": generation, "uid": "u-1"},
         "spec": {"gatewayClassName": "istio", "listeners": list(listeners)},
     }
 
@@ -225,3 +231,44 @@ def test_attached_routes_count_per_listener() -> None:
     same = {"metadata": {"namespace": INFRA, "name": "s"}, "spec": {"parentRefs": [{"name": "gw", "port": 8080}]}}
     out = status(gw, routes=[route, same])
     assert {item["name"]: item["attachedRoutes"] for item in out["listeners"]} == {"http": 1, "other": 1, "https": 1}
+
+
+def test_modify_listeners_counts_a_route_on_each_listener() -> None:
+    all_ns = {"namespaces": {"from": "All"}}
+    secure = dict(https({"name": "tls-validity-checks-certificate", "namespace": INFRA}), hostname="secure.test.com")
+    added = http(hostname="data.test.com", allowedRoutes=all_ns)
+    route = {"metadata": {"namespace": INFRA, "name": "r"}, "spec": {"parentRefs": [{"kind": "Gateway", "name": "gw"}]}}
+    out = status(gateway(secure, added, generation=2), routes=[route])
+    for item in out["listeners"]:
+        assert item["attachedRoutes"] == 1, item["name"]
+        assert HTTPROUTE in item["supportedKinds"]
+        assert cond(item["conditions"], "Accepted")[0] == "True"
+        assert cond(item["conditions"], "ResolvedRefs")[0] == "True"
+
+
+# -- deployment -----------------------------------------------------------------------------------------------
+TEMPLATE = WaypointTemplateSettings(xds_address="198.18.0.1:15012")
+
+
+def test_infrastructure_labels_and_annotations_are_propagated() -> None:
+    gw = gateway(http(port=8080), name="gateway-with-infrastructure-metadata")
+    gw["spec"]["infrastructure"] = {"annotations": {"key1": "value1"}, "labels": {"key2": "value2"}}
+    rendered = render_waypoint(gw, TEMPLATE)
+    assert isinstance(rendered, Rendered), rendered
+    pod = rendered.deployment["spec"]["template"]["metadata"]
+    for meta in (rendered.service_account["metadata"], pod, rendered.service["metadata"]):
+        assert meta["labels"]["gateway.networking.k8s.io/gateway-name"] == "gateway-with-infrastructure-metadata"
+        assert meta["labels"]["key2"] == "value2"
+        assert meta["annotations"]["key1"] == "value1"
+
+
+def test_name_maximum_length_still_gets_its_conditions() -> None:
+    gw = gateway(http(), name="gateway-name-maximum-length-" + "a" * 225, generation=4)
+    assert len(gw["metadata"]["name"]) == 253
+    rendered = render_waypoint(gw, TEMPLATE)
+    assert isinstance(rendered, Unrenderable)
+    judged = judge_listeners(gw, lambda ns, name: None)
+    out = ingress_status(gw, Deployed(problem=rendered.message), judged, host="h", addresses=())
+    assert {c["observedGeneration"] for c in out["conditions"]} == {4}
+    assert cond(out["conditions"], "Accepted") == ("True", "Accepted")
+    assert cond(out["conditions"], "Programmed") == ("False", "Invalid")

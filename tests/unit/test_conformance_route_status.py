@@ -21,6 +21,9 @@ in ``app``, ``web-backend`` in ``web``).
 - HTTPRouteObservedGenerationBump: every condition carries the route's current generation.
 - HTTPRouteOmittedBackendRefs: rules without backendRefs (omitted or empty) answer 500, ResolvedRefs stays True.
 - HTTPRouteServiceTypes: backends are Services of any type, headless ones included (ResolvedRefs True).
+- GatewayHTTPListenerIsolation: four HTTP listeners on one port (no hostname, ``*.example.com``,
+  ``*.foo.example.com``, ``abc.foo.example.com``), a route on each by sectionName: a request reaches only the
+  routes of the most specific listener its host matches, 404 for the paths of the others.
 """
 
 from __future__ import annotations
@@ -298,3 +301,53 @@ def test_service_types_resolve_headless_and_selectorless_services() -> None:
     assert conditions(out, "r") == {"Accepted": (True, "Accepted"), "ResolvedRefs": (True, "ResolvedRefs")}
     for name in kinds:
         assert forwarded_to(out, f"/{name}") == f"{name}.infra.svc.cluster.local"
+
+
+def test_http_listener_isolation() -> None:
+    all_ns = {"namespaces": {"from": "All"}}
+    names = {
+        "empty-hostname": None,
+        "wildcard-example-com": "*.example.com",
+        "wildcard-foo-example-com": "*.foo.example.com",
+        "abc-foo-example-com": "abc.foo.example.com",
+    }
+    listeners = []
+    for name, host in names.items():
+        listener: dict[str, Any] = {"name": name, "port": 80, "protocol": "HTTP", "allowedRoutes": all_ns}
+        if host is not None:
+            listener["hostname"] = host
+        listeners.append(listener)
+    gw = {
+        "metadata": {"namespace": INFRA, "name": "iso", "generation": 1},
+        "spec": {"gatewayClassName": "istio", "listeners": listeners},
+    }
+    routes = [
+        http_route(
+            f"to-{name}",
+            [
+                {
+                    "matches": [{"path": {"type": "PathPrefix", "value": f"/{name}"}}],
+                    "backendRefs": [backend("infra-backend-v1")],
+                }
+            ],
+            parent={"name": "iso", "namespace": INFRA, "sectionName": name},
+        )
+        for name in names
+    ]
+    out = translate(*routes, gateways=[gw])
+    assert attached(gw, *routes) == dict.fromkeys(names, 1)
+    (config,) = out.configs
+    router = IngressRouter(config)
+    owner = {
+        "bar.com": "empty-hostname",
+        "bar.example.com": "wildcard-example-com",
+        "bar.foo.example.com": "wildcard-foo-example-com",
+        "abc.foo.example.com": "abc-foo-example-com",
+    }
+    for host, listener_name in owner.items():
+        for name in names:
+            decision = router.decide(None, BackendService(INFRA, "", 80), RequestHead("GET", f"/{name}", host), 0.0)
+            if name == listener_name:
+                assert isinstance(decision, Forward), (host, name, decision)
+            else:
+                assert isinstance(decision, Respond) and decision.status == 404, (host, name, decision)
