@@ -19,6 +19,10 @@ Each case replays one upstream conformance test with manifests of our own.
   naming the Gateway without a sectionName counts on the HTTP and the HTTPS listener alike.
 - GatewayInfrastructure: ``spec.infrastructure`` labels and annotations reach the ServiceAccount, the pods and the
   Service, which carry the ``gateway.networking.k8s.io/gateway-name`` label the suite lists them by.
+- GatewayOptionalAddressValue: an address without a value (the implementation assigns one) is admitted by the
+  validating webhook (it was refused: "required"), as are the GatewayStaticAddresses test's addresses (a
+  domain-prefixed type, Hostname values); a value given is still checked (an IPAddress that is not one, a Hostname
+  that is not a DNS name). The rest of GatewayStaticAddresses (binding to those addresses) is not implemented.
 - GatewayNameMaximumLength: a Gateway named with 253 characters cannot be deployed (its Service name would not be
   a DNS label) but still gets its conditions, at its generation (as istiod, which does not shorten names either).
 """
@@ -36,6 +40,7 @@ from ambit.controlplane.gateway.render import Rendered, Unrenderable, WaypointTe
 from ambit.controlplane.gateway.status import Deployed
 from ambit.controlplane.translate.listeners import judge_listeners
 from ambit.controlplane.translate.reference_grants import ReferenceGrants
+from ambit.controlplane.webhook import validate
 from ambit.tls.certs import issue_server_cert, new_ca
 
 INFRA, WEB, APP = "infra", "web", "app"
@@ -272,3 +277,26 @@ def test_name_maximum_length_still_gets_its_conditions() -> None:
     assert {c["observedGeneration"] for c in out["conditions"]} == {4}
     assert cond(out["conditions"], "Accepted") == ("True", "Accepted")
     assert cond(out["conditions"], "Programmed") == ("False", "Invalid")
+
+
+# -- addresses (the validating webhook) -----------------------------------------------------------------------
+def address_errors(*addresses: dict[str, Any]) -> list[str]:
+    gw = gateway(http(port=8080))
+    gw["kind"] = "Gateway"
+    gw["spec"]["addresses"] = list(addresses)
+    return [e.path for e in validate("Gateway", gw) if not e.warning]
+
+
+def test_optional_address_value_and_static_addresses_are_admitted() -> None:
+    assert address_errors({"type": "IPAddress"}) == []
+    assert address_errors({"type": "Hostname"}, {}) == []
+    static = [
+        {"type": "test/fake-invalid-type", "value": "fake address teehee!"},
+        {"type": "Hostname", "value": "foo"},
+        {"type": "Hostname", "value": "infra-backend-v1.gateway-conformance-infra.svc.cluster.local"},
+        {"type": "Hostname", "value": "*.example.com"},
+        {"value": "10.0.0.1"},
+    ]
+    assert address_errors(*static) == []
+    bad = address_errors({"value": "not-an-ip"}, {"type": "Hostname", "value": "Not A Name"})
+    assert bad == ["spec.addresses[0].value", "spec.addresses[1].value"]

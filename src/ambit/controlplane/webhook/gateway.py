@@ -7,7 +7,9 @@ and our embedded API server does not:
 
 - Gateway: ``gatewayClassName`` and 1-64 ``listeners``; each listener has a unique name, a port 1-65535 and a
   protocol (a core one or a domain-prefixed custom one); HTTPS needs ``tls``, HTTP/TCP/UDP forbid it; TCP and UDP
-  take no hostname; port, protocol and hostname together are unique.
+  take no hostname; port, protocol and hostname together are unique; each of ``addresses`` may leave out its
+  ``value`` (the implementation picks one), and a value given is an IP address for type ``IPAddress`` (the
+  default) and a DNS name, optionally ``*.``-prefixed, for ``Hostname``.
 - Routes: ``parentRefs`` name their parent (port 1-65535 if given); ``hostnames`` are DNS names, optionally with
   a ``*.`` prefix, never IP addresses; each rule's ``matches`` use known match types, and an HTTP path value
   starts with ``/``; each ``backendRefs[]`` names its backend and, when it is a core Service, gives a ``port``;
@@ -71,11 +73,11 @@ def validate_gateway(obj: dict[str, Any]) -> Fields:
         f.mapping(listener.get("allowedRoutes"), f"{path}.allowedRoutes")
     for path, address in f.objects(spec.get("addresses"), "spec.addresses", limit=16):
         kind = f.string(address.get("type"), f"{path}.type") or "IPAddress"
-        value = f.string(address.get("value"), f"{path}.value", required=True)
-        if value is not None and kind == "IPAddress" and not is_ip(value):
+        value = f.string(address.get("value"), f"{path}.value")  # optional: the implementation assigns one
+        if value and kind == "IPAddress" and not is_ip(value):
             f.error(f"{path}.value", f"{value!r} is not an IP address")
-        elif value is not None and kind == "Hostname" and not is_hostname(value, wildcard=False):
-            f.error(f"{path}.value", f"{value!r} is not a DNS name")
+        elif value and kind == "Hostname" and not is_hostname(value, wildcard=True):
+            f.error(f"{path}.value", f"{value!r} is not a DNS name (a '*.' prefix is allowed)")
     return f
 
 
