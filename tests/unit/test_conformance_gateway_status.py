@@ -9,6 +9,7 @@ Each case replays one upstream conformance test with manifests of our own.
   malformed Secret → ResolvedRefs False/InvalidCertificateRef, HTTPRoute still listed, 0 routes.
 - GatewayListenerUnsupportedProtocol: a listener of an unknown protocol → Accepted False/UnsupportedProtocol with
   no kinds; the Gateway is Accepted False (only that listener) or True/ListenersNotValid (beside an HTTP one).
+  The validating webhook admits such a Gateway, as the CRD's pattern does (it refused ``INVALID`` before).
 - GatewaySecretMissingReferenceGrant, GatewaySecretInvalidReferenceGrant: a Secret of another namespace without a
   grant that fits (wrong namespace, from group/kind/namespace, to group/kind/name) → RefNotPermitted, HTTPRoute
   still listed in supportedKinds (it was not, before: a listener not Accepted listed none).
@@ -300,3 +301,14 @@ def test_optional_address_value_and_static_addresses_are_admitted() -> None:
     assert address_errors(*static) == []
     bad = address_errors({"value": "not-an-ip"}, {"type": "Hostname", "value": "Not A Name"})
     assert bad == ["spec.addresses[0].value", "spec.addresses[1].value"]
+
+
+def test_the_webhook_admits_a_listener_of_an_unknown_protocol_as_the_crd_does() -> None:
+    for protocol in ("INVALID", "GOPHER", "example.com/custom", "HTTP"):
+        gw = gateway({"name": "invalid", "port": 1111, "protocol": protocol})
+        gw["kind"] = "Gateway"
+        assert [e.path for e in validate("Gateway", gw) if not e.warning] == [], protocol
+    for protocol in ("", "GO PHER", "-bad", "example.com/"):
+        gw = gateway({"name": "invalid", "port": 1111, "protocol": protocol})
+        gw["kind"] = "Gateway"
+        assert "spec.listeners[0].protocol" in [e.path for e in validate("Gateway", gw)], protocol

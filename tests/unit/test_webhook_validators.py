@@ -636,9 +636,9 @@ INVALID: list[tuple[str, Any, str, str]] = [
     ),
     (
         "Gateway",
-        {"gatewayClassName": "istio", "listeners": [{"name": "a", "port": 80, "protocol": "GOPHER"}]},
+        {"gatewayClassName": "istio", "listeners": [{"name": "a", "port": 80, "protocol": "GO PHER"}]},
         "spec.listeners[0].protocol",
-        "unknown protocol",
+        "invalid protocol",
     ),
     (
         "Gateway",

@@ -6,7 +6,8 @@ numbers). The checks mirror the Gateway API's own CRD validation rules, which a 
 and our embedded API server does not:
 
 - Gateway: ``gatewayClassName`` and 1-64 ``listeners``; each listener has a unique name, a port 1-65535 and a
-  protocol (a core one or a domain-prefixed custom one); HTTPS needs ``tls``, HTTP/TCP/UDP forbid it; TCP and UDP
+  protocol (a name or a domain-prefixed one, by the CRD's pattern: an unknown name is admitted and its status says
+  ``UnsupportedProtocol``); HTTPS needs ``tls``, HTTP/TCP/UDP forbid it; TCP and UDP
   take no hostname; port, protocol and hostname together are unique; each of ``addresses`` may leave out its
   ``value`` (the implementation picks one), and a value given is an IP address for type ``IPAddress`` (the
   default) and a DNS name, optionally ``*.``-prefixed, for ``Hostname``.
@@ -20,11 +21,17 @@ and our embedded API server does not:
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ambit.controlplane.webhook.fields import Fields, is_dns_label, is_hostname, is_ip
 
 CORE_PROTOCOLS = ("HTTP", "HTTPS", "TLS", "TCP", "UDP", "HBONE")
+_PROTOCOL = re.compile(
+    r"^[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?$|[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9]+$"
+)
+"""The CRD's pattern for a listener's protocol (searched, as the API server does): an unknown name such as
+``INVALID`` is admitted and reported by the status (``UnsupportedProtocol``), as Gateway API requires."""
 HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH")
 PATH_TYPES = ("Exact", "PathPrefix", "RegularExpression")
 VALUE_TYPES = ("Exact", "RegularExpression")
@@ -53,8 +60,12 @@ def validate_gateway(obj: dict[str, Any]) -> Fields:
             names.add(name)
         port = f.port(listener.get("port"), f"{path}.port", required=True)
         protocol = f.string(listener.get("protocol"), f"{path}.protocol", required=True)
-        if protocol is not None and protocol not in CORE_PROTOCOLS and "/" not in protocol:
-            f.error(f"{path}.protocol", f"unknown protocol {protocol!r}: expected one of {', '.join(CORE_PROTOCOLS)}")
+        if protocol is not None and not _PROTOCOL.search(protocol):
+            f.error(
+                f"{path}.protocol",
+                f"invalid protocol {protocol!r}: expected a name such as {', '.join(CORE_PROTOCOLS)} or a "
+                "domain-prefixed one (example.com/name)",
+            )
         hostname = _hostname(f, listener.get("hostname"), f"{path}.hostname")
         if listener.get("tls") is not None:
             tls = f.mapping(listener.get("tls"), f"{path}.tls")
