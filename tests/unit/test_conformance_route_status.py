@@ -8,7 +8,8 @@ in ``app``, ``web-backend`` in ``web``).
 - HTTPRouteInvalidNonExistentBackendRef: a missing Service → ResolvedRefs False/BackendNotFound, Accepted, 500.
 - HTTPRouteInvalidBackendRefUnknownKind: a backendRef of an unknown group/kind → InvalidKind, Accepted, 500.
 - HTTPRouteInvalidCrossNamespaceBackendRef: another namespace's Service, no grant → RefNotPermitted, 500.
-- HTTPRouteInvalidReferenceGrant: a grant in the wrong namespace permits nothing → RefNotPermitted, 500.
+- HTTPRouteInvalidReferenceGrant: grants that do not fit (the wrong namespace, from group/kind/namespace, to
+  group/kind/name) permit nothing → RefNotPermitted, 500.
 - HTTPRoutePartiallyInvalidViaInvalidReferenceGrant: a grant naming another Service: that rule 500, the sibling
   rule reaches its backend.
 - HTTPRouteReferenceGrant: a grant from HTTPRoutes of the route's namespace to the Service → resolved, forwarded.
@@ -163,10 +164,25 @@ def test_invalid_backend_ref_unknown_kind() -> None:
     assert answers_500(out, "/v2")
 
 
-def test_invalid_cross_namespace_backend_ref_and_a_misplaced_grant() -> None:
+def test_invalid_cross_namespace_backend_ref_and_invalid_reference_grants() -> None:
     route = http_route("r", [{"backendRefs": [backend("web-backend", WEB)]}])
     misplaced = grant(INFRA, INFRA, "web-backend")  # in the route's namespace, not the Service's: permits nothing
-    for grants in ([], [misplaced]):
+
+    def wrong(where: str, field: str, value: str) -> dict[str, Any]:
+        found = grant(WEB, INFRA, "web-backend")
+        found["spec"][where][0][field] = value
+        return found
+
+    wrong_ones = [
+        misplaced,
+        wrong("from", "group", "not-the-group"),
+        wrong("from", "kind", "Gateway"),
+        wrong("from", "namespace", "not-the-namespace"),
+        wrong("to", "group", "not-the-group"),
+        wrong("to", "kind", "Secret"),
+        wrong("to", "name", "not-the-service"),
+    ]
+    for grants in ([], [misplaced], wrong_ones):
         out = translate(route, grants=grants)
         assert conditions(out, "r") == {"Accepted": (True, "Accepted"), "ResolvedRefs": (False, "RefNotPermitted")}
         assert answers_500(out, "/")
