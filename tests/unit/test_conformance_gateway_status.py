@@ -18,6 +18,9 @@ Each case replays one upstream conformance test with manifests of our own.
 - GatewayObservedGenerationBump: every condition, the listeners' too, carries the Gateway's generation.
 - GatewayModifyListeners: a listener added or removed is reported, the Gateway's conditions follow, and a route
   naming the Gateway without a sectionName counts on the HTTP and the HTTPS listener alike.
+- attachedRoutes (GatewayWithAttachedRoutes, HTTPRouteHostnameIntersection, both skipped by Istio; istiod counts
+  only the listeners a route is accepted on): a route whose hostnames do not meet a listener's hostname is not
+  counted there (it was), one with a matching name or a covering wildcard is, a TCPRoute has no hostnames.
 - GatewayInfrastructure: ``spec.infrastructure`` labels and annotations reach the ServiceAccount, the pods and the
   Service, which carry the ``gateway.networking.k8s.io/gateway-name`` label the suite lists them by.
 - GatewayOptionalAddressValue: an address without a value (the implementation assigns one) is admitted by the
@@ -312,3 +315,30 @@ def test_the_webhook_admits_a_listener_of_an_unknown_protocol_as_the_crd_does() 
         gw = gateway({"name": "invalid", "port": 1111, "protocol": protocol})
         gw["kind"] = "Gateway"
         assert "spec.listeners[0].protocol" in [e.path for e in validate("Gateway", gw)], protocol
+
+
+def test_attached_routes_count_only_listeners_whose_hostname_a_route_meets() -> None:
+    all_ns = {"namespaces": {"from": "All"}}
+    gw = gateway(
+        http("very", hostname="very.specific.com", allowedRoutes=all_ns),
+        http("wild", 8080, hostname="*.wildcard.io", allowedRoutes=all_ns),
+        http("any", 8081, allowedRoutes=all_ns),
+    )
+
+    def route(name: str, *hostnames: str) -> dict[str, Any]:
+        spec: dict[str, Any] = {"parentRefs": [{"name": "gw"}]}
+        if hostnames:
+            spec["hostnames"] = list(hostnames)
+        return {"metadata": {"namespace": INFRA, "name": name}, "spec": spec}
+
+    routes = [
+        route("specific", "very.specific.com"),
+        route("under-wildcard", "foo.wildcard.io", "non.matching.com"),
+        route("covering", "*.specific.com"),
+        route("none-match", "non.matching.com", "*.nonmatchingwildcard.io"),
+        route("no-hostnames"),
+    ]
+    counts = ingress_attached_routes(gw, {"HTTPRoute": routes})
+    assert counts == {"very": 3, "wild": 2, "any": 5}
+    tcp = {"name": "tcp", "port": 9000, "protocol": "TCP", "allowedRoutes": all_ns}
+    assert ingress_attached_routes(gateway(tcp), {"TCPRoute": [route("t")]}) == {"tcp": 1}
