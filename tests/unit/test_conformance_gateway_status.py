@@ -20,7 +20,9 @@ Each case replays one upstream conformance test with manifests of our own.
   naming the Gateway without a sectionName counts on the HTTP and the HTTPS listener alike.
 - attachedRoutes (GatewayWithAttachedRoutes, HTTPRouteHostnameIntersection, both skipped by Istio; istiod counts
   only the listeners a route is accepted on): a route whose hostnames do not meet a listener's hostname is not
-  counted there (it was), one with a matching name or a covering wildcard is, a TCPRoute has no hostnames.
+  counted there (it was), one with a matching name or a covering wildcard is, a TCPRoute has no hostnames; a
+  listener whose ``allowedRoutes`` selects namespaces by label counts the routes of the namespaces it selects, its
+  own only when selected, as the translation attaches them (it counted its own namespace's and no other's).
 - GatewayInfrastructure: ``spec.infrastructure`` labels and annotations reach the ServiceAccount, the pods and the
   Service, which carry the ``gateway.networking.k8s.io/gateway-name`` label the suite lists them by.
 - GatewayOptionalAddressValue: an address without a value (the implementation assigns one) is admitted by the
@@ -342,3 +344,23 @@ def test_attached_routes_count_only_listeners_whose_hostname_a_route_meets() -> 
     assert counts == {"very": 3, "wild": 2, "any": 5}
     tcp = {"name": "tcp", "port": 9000, "protocol": "TCP", "allowedRoutes": all_ns}
     assert ingress_attached_routes(gateway(tcp), {"TCPRoute": [route("t")]}) == {"tcp": 1}
+
+
+def test_attached_routes_count_routes_of_namespaces_a_selector_admits() -> None:
+    selector = {"namespaces": {"from": "Selector", "selector": {"matchLabels": {"gateway": "yes"}}}}
+    gw = gateway(http(allowedRoutes=selector))
+
+    def route(namespace: str) -> dict[str, Any]:
+        return {
+            "metadata": {"namespace": namespace, "name": "r"},
+            "spec": {"parentRefs": [{"name": "gw", "namespace": INFRA}]},
+        }
+
+    routes = {"HTTPRoute": [route(WEB), route(APP), route(INFRA)]}
+    labels = {WEB: {"gateway": "yes"}, APP: {"gateway": "no"}}
+    assert ingress_attached_routes(gw, routes, namespace_labels=labels) == {"http": 1}  # web only: infra is unlabelled
+    labels[INFRA] = {"gateway": "yes"}
+    assert ingress_attached_routes(gw, routes, namespace_labels=labels) == {"http": 2}
+    assert ingress_attached_routes(gw, routes) == {"http": 1}  # without labels only its own namespace
+    broken = gateway(http(allowedRoutes={"namespaces": {"from": "Selector", "selector": {"matchLabels": [1]}}}))
+    assert ingress_attached_routes(broken, routes, namespace_labels=labels) == {"http": 0}

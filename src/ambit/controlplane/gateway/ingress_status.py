@@ -116,11 +116,13 @@ def ingress_attached_routes(
     *,
     origin: tuple[str, str] = (GATEWAY_GROUP, "Gateway"),
     listeners: Sequence[Mapping[str, Any]] | None = None,
+    namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
 ) -> dict[str, int]:
     """``attachedRoutes`` of each listener: the routes of each kind (``routes``: kind → objects) that name it, counted
     only for the kinds the listener supports and the routes whose hostnames meet its own (rule 4), as
     :func:`~.status.attached_routes` counts them. For a
-    ListenerSet, ``origin`` is its (group, kind) and ``listeners`` its listeners, ports defaulted."""
+    ListenerSet, ``origin`` is its (group, kind) and ``listeners`` its listeners, ports defaulted; ``namespace_labels``
+    (namespace → labels) lets a ``Selector`` admit routes of other namespaces."""
     out: dict[str, int] = {}
     for listener in listeners_of(gateway) if listeners is None else listeners:
         name = listener.get("name")
@@ -130,7 +132,9 @@ def ingress_attached_routes(
         out[name] = 0
         for kind in (k["kind"] for k in kinds):
             meeting = [r for r in routes.get(kind, ()) if _hostnames_meet(listener, kind, r)]
-            out[name] += attached_routes(gateway, meeting, origin=origin, listeners=[listener]).get(name, 0)
+            out[name] += attached_routes(
+                gateway, meeting, origin=origin, listeners=[listener], namespace_labels=namespace_labels
+            ).get(name, 0)
     return out
 
 
