@@ -31,7 +31,10 @@ _PROTOCOL = re.compile(
     r"^[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?$|[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9]+$"
 )
 """The CRD's pattern for a listener's protocol (searched, as the API server does): an unknown name such as
-``INVALID`` is admitted and reported by the status (``UnsupportedProtocol``), as Gateway API requires."""
+``INVALID`` is admitted and reported by the status (``UnsupportedProtocol``), as Gateway API requires. Searched
+only within :data:`PROTOCOL_MAX` characters: its nested repetitions cost time quadratic in the length."""
+PROTOCOL_MAX = 255
+"""The CRD's ``maxLength`` of a listener's protocol."""
 HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH")
 PATH_TYPES = ("Exact", "PathPrefix", "RegularExpression")
 VALUE_TYPES = ("Exact", "RegularExpression")
@@ -60,7 +63,9 @@ def validate_gateway(obj: dict[str, Any]) -> Fields:
             names.add(name)
         port = f.port(listener.get("port"), f"{path}.port", required=True)
         protocol = f.string(listener.get("protocol"), f"{path}.protocol", required=True)
-        if protocol is not None and not _PROTOCOL.search(protocol):
+        if protocol is not None and len(protocol) > PROTOCOL_MAX:
+            f.error(f"{path}.protocol", f"longer than {PROTOCOL_MAX} characters ({len(protocol)})")
+        elif protocol is not None and not _PROTOCOL.search(protocol):
             f.error(
                 f"{path}.protocol",
                 f"invalid protocol {protocol!r}: expected a name such as {', '.join(CORE_PROTOCOLS)} or a "
