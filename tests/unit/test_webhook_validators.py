@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import time
 from typing import Any
 
 import pytest
@@ -636,9 +637,15 @@ INVALID: list[tuple[str, Any, str, str]] = [
     ),
     (
         "Gateway",
-        {"gatewayClassName": "istio", "listeners": [{"name": "a", "port": 80, "protocol": "GOPHER"}]},
+        {"gatewayClassName": "istio", "listeners": [{"name": "a", "port": 80, "protocol": "GO PHER"}]},
         "spec.listeners[0].protocol",
-        "unknown protocol",
+        "invalid protocol",
+    ),
+    (
+        "Gateway",
+        {"gatewayClassName": "istio", "listeners": [{"name": "a", "port": 80, "protocol": "a" * 256}]},
+        "spec.listeners[0].protocol",
+        "longer than 255 characters",
     ),
     (
         "Gateway",
@@ -1127,3 +1134,13 @@ def test_an_envoy_filter_is_admitted_with_istiods_warnings() -> None:
     assert out["allowed"] is True
     assert out["warnings"][0].startswith("spec: EnvoyFilter exposes internal implementation details")
     assert "exceeds 1024 characters and will be ignored" in out["warnings"][1]
+
+
+def test_a_huge_protocol_is_refused_without_searching_it() -> None:
+    """The protocol pattern's nested repetitions take time quadratic in the length (16 KiB took 10 s): a listener
+    protocol of a megabyte is refused by its length at once."""
+    started = time.monotonic()
+    listener = {"name": "a", "port": 80, "protocol": "a" * 1_000_000 + "-"}
+    found = errors("Gateway", {"gatewayClassName": "istio", "listeners": [listener]})
+    assert time.monotonic() - started < 1.0
+    assert any("longer than 255" in e.message for e in found), found

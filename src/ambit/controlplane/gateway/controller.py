@@ -419,16 +419,17 @@ class GatewayController:
 
     async def _reconcile_gateway(self, gateway: Obj, routes: list[Obj], now: str) -> bool:
         grants = ReferenceGrants.build(self._items(kinds.REFERENCE_GRANTS))
+        namespace_labels = {
+            str(_field(ns, "metadata", "name")): dict(_field(ns, "metadata", "labels") or {})
+            for ns in self._items(kinds.NAMESPACES)
+        }
         merged = merge_listener_sets(
             gateway,
             self._listener_sets(),
             find_secret=self.find_secret,
             find_config_map=self.find_config_map,
             grants=grants,
-            namespace_labels={
-                str(_field(ns, "metadata", "name")): dict(_field(ns, "metadata", "labels") or {})
-                for ns in self._items(kinds.NAMESPACES)
-            },
+            namespace_labels=namespace_labels,
         )
         admitted = [item for verdict in merged.sets if verdict.refusal is None for item in verdict.raw.values()]
         found = await self._deploy(gateway, admitted)
@@ -451,7 +452,7 @@ class GatewayController:
                 merged.judged,
                 host=host,
                 addresses=addresses,
-                attached=ingress_attached_routes(gateway, by_kind),
+                attached=ingress_attached_routes(gateway, by_kind, namespace_labels=namespace_labels),
                 listener_sets=merged.sets,
                 resolved=backend_client_certificate(gateway, self.find_secret, grants),
             )
@@ -459,7 +460,9 @@ class GatewayController:
             attached = attached_routes(gateway, routes)
             wanted = gateway_status(gateway, found, domain=self.settings.template.domain, attached=attached)
         ok = await self._write_status(kinds.GATEWAYS, gateway, wanted, now)
-        return await self._write_listener_set_status(merged, found, host, addresses, by_kind, now) and ok
+        return (
+            await self._write_listener_set_status(merged, found, host, addresses, by_kind, namespace_labels, now) and ok
+        )
 
     def _listener_sets(self) -> list[tuple[tuple[str, str], Obj]]:
         """Every ListenerSet, of both names, with its (group, kind)."""
@@ -477,6 +480,7 @@ class GatewayController:
         host: str,
         addresses: Sequence[Mapping[str, str]],
         by_kind: Mapping[str, Sequence[Obj]],
+        namespace_labels: Mapping[str, Mapping[str, str]],
         now: str,
     ) -> bool:
         """The status of each ListenerSet naming the Gateway (:mod:`.ingress_status` rule 7)."""
@@ -484,7 +488,11 @@ class GatewayController:
         for verdict in merged.sets:
             kind = kinds.LISTENER_SETS if verdict.origin == LISTENER_SET_KINDS[0] else kinds.X_LISTENER_SETS
             attached = ingress_attached_routes(
-                verdict.obj, by_kind, origin=verdict.origin, listeners=list(verdict.raw.values())
+                verdict.obj,
+                by_kind,
+                origin=verdict.origin,
+                listeners=list(verdict.raw.values()),
+                namespace_labels=namespace_labels,
             )
             wanted = listener_set_status(verdict, found, host=host, addresses=addresses, attached=attached)
             ok &= await self._write_status(kind, dict(verdict.obj), wanted, now)

@@ -21,8 +21,13 @@ Rules:
    none: its in-cluster hostname is reported instead, as ``Hostname`` (istiod reports the internal addresses of
    the class's address type, ``Hostname`` for class ``istio``). That address is what makes the Gateway a
    waypoint candidate (a "sandwich", :mod:`ambit.controlplane.translate.waypoints` rule 1).
-4. One listener status per judged listener: ``attachedRoutes`` as counted by the caller, ``supportedKinds`` (an
-   accepted listener's, by :mod:`ambit.controlplane.translate.route_kinds` among the kinds the ingress serves:
+4. One listener status per judged listener: ``attachedRoutes`` as counted by the caller (by
+   :func:`ingress_attached_routes`: the routes of a kind the listener supports that name it, from a namespace it
+   admits, and, as istiod counts only the parents a route is accepted on, with a hostname that meets the
+   listener's (:mod:`ambit.controlplane.translate.ingress` rule 3)), ``supportedKinds`` (by
+   the listener's protocol whether or not it is accepted, as istiod lists them: a listener refused for want of a
+   ReferenceGrant still lists HTTPRoute on HTTPS, one of an unknown protocol lists none;
+   :mod:`ambit.controlplane.translate.route_kinds` among the kinds the ingress serves:
    HTTPRoute and GRPCRoute on HTTP and HTTPS, TLSRoute on TLS passthrough, TLSRoute and TCPRoute on TLS
    ``Terminate``, TCPRoute on TCP), and conditions
    ``Accepted``, ``Conflicted``, ``ResolvedRefs`` from the judgement (False/``InvalidRouteKinds`` instead when
@@ -62,6 +67,7 @@ from ambit.controlplane.gateway.status import (
     invalid_parameters,
     listeners_of,
 )
+from ambit.controlplane.translate.ingress import served_hostnames
 from ambit.controlplane.translate.listener_sets import ListenerSetVerdict
 from ambit.controlplane.translate.listeners import INSECURE_FALLBACK, JudgedListener
 from ambit.controlplane.translate.route_kinds import INGRESS_ROUTE_KINDS, INVALID_ROUTE_KINDS, supported_kinds
@@ -110,21 +116,38 @@ def ingress_attached_routes(
     *,
     origin: tuple[str, str] = (GATEWAY_GROUP, "Gateway"),
     listeners: Sequence[Mapping[str, Any]] | None = None,
+    namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
 ) -> dict[str, int]:
     """``attachedRoutes`` of each listener: the routes of each kind (``routes``: kind → objects) that name it, counted
-    only for the kinds the listener supports (rule 4), as :func:`~.status.attached_routes` counts them. For a
-    ListenerSet, ``origin`` is its (group, kind) and ``listeners`` its listeners, ports defaulted."""
-    counts = {
-        kind: attached_routes(gateway, items, origin=origin, listeners=listeners) for kind, items in routes.items()
-    }
+    only for the kinds the listener supports and the routes whose hostnames meet its own (rule 4), as
+    :func:`~.status.attached_routes` counts them. For a
+    ListenerSet, ``origin`` is its (group, kind) and ``listeners`` its listeners, ports defaulted; ``namespace_labels``
+    (namespace → labels) lets a ``Selector`` admit routes of other namespaces."""
     out: dict[str, int] = {}
     for listener in listeners_of(gateway) if listeners is None else listeners:
         name = listener.get("name")
         if not isinstance(name, str):
             continue
         kinds, _ = supported_kinds(listener, INGRESS_ROUTE_KINDS)
-        out[name] = sum(counts.get(k["kind"], {}).get(name, 0) for k in kinds)
+        out[name] = 0
+        for kind in (k["kind"] for k in kinds):
+            meeting = [r for r in routes.get(kind, ()) if _hostnames_meet(listener, kind, r)]
+            out[name] += attached_routes(
+                gateway, meeting, origin=origin, listeners=[listener], namespace_labels=namespace_labels
+            ).get(name, 0)
     return out
+
+
+def _hostnames_meet(listener: Mapping[str, Any], kind: str, route: Any) -> bool:
+    """Rule 4: a route none of whose ``hostnames`` meets the listener's hostname is not attached there (a TCPRoute
+    has none and always meets it)."""
+    if kind == "TCPRoute" or not isinstance(route, Mapping):
+        return True
+    spec = route.get("spec")
+    hostnames = spec.get("hostnames") if isinstance(spec, Mapping) else None
+    names = tuple(h for h in hostnames if isinstance(h, str)) if isinstance(hostnames, list) else ()
+    host = listener.get("hostname")
+    return bool(served_hostnames(host.lower() if isinstance(host, str) else "", names))
 
 
 INSECURE_FRONTEND = "InsecureFrontendValidationMode"
@@ -255,7 +278,7 @@ def listener_status(item: JudgedListener, raw: Mapping[str, Any], generation: An
     if item.conflicted[0]:
         return _conflicted_listener(item, raw, generation)
     ok = item.ready
-    kinds, valid = supported_kinds(raw, INGRESS_ROUTE_KINDS) if item.accepted[0] else ([], True)
+    kinds, valid = supported_kinds(raw, INGRESS_ROUTE_KINDS)  # by protocol, accepted or not, as istiod
     resolved = item.resolved if valid else INVALID_ROUTE_KINDS
     return {
         "name": item.name,

@@ -41,6 +41,7 @@ from typing import Any
 
 from ambit.controlplane.gateway.render import service_hostname
 from ambit.controlplane.translate.route_kinds import ALL_ROUTE_KINDS, INVALID_ROUTE_KINDS, supported_kinds
+from ambit.model.labels import selector_from_spec
 
 __all__ = [
     "Deployed",
@@ -250,11 +251,14 @@ def attached_routes(
     *,
     origin: tuple[str, str] = (GATEWAY_GROUP, "Gateway"),
     listeners: Sequence[Obj] | None = None,
+    namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
 ) -> dict[str, int]:
     """How many of ``routes`` attach to each listener of ``gateway`` (rule 4): a ``parentRefs`` entry naming the
     Gateway (group and kind default to the Gateway API's), its ``sectionName`` and ``port`` when given, from a
-    namespace the listener admits (``allowedRoutes.namespaces.from``: ``Same``, the default, or ``All``; routes of
-    other namespaces under ``Selector`` are not counted). Each route counts once per listener. For a ListenerSet,
+    namespace the listener admits (``allowedRoutes.namespaces.from``: ``Same``, the default, ``All``, or
+    ``Selector`` matched against ``namespace_labels``, namespace → labels, the Gateway's own namespace included
+    only when selected, nothing when the selector does not parse; without ``namespace_labels``, ``Selector``
+    counts the Gateway's own namespace only). Each route counts once per listener. For a ListenerSet,
     ``origin`` is its (group, kind) and ``listeners`` its listeners with their ports defaulted."""
     meta = gateway.get("metadata") or {}
     name, namespace = meta.get("name"), meta.get("namespace")
@@ -267,7 +271,10 @@ def attached_routes(
         counts[lname] = 0
         for route in routes:
             rns = dig(route, "metadata", "namespace")
-            if rns != namespace and allowed != "All":
+            if allowed == "Selector" and namespace_labels is not None:
+                if not _selected(listener, rns, namespace_labels):
+                    continue
+            elif rns != namespace and allowed != "All":
                 continue
             refs = dig(route, "spec", "parentRefs")
             for ref in refs if isinstance(refs, list) else ():
@@ -283,3 +290,14 @@ def attached_routes(
                     counts[lname] += 1
                     break
     return counts
+
+
+def _selected(listener: Obj, namespace: Any, namespace_labels: Mapping[str, Mapping[str, str]]) -> bool:
+    """A route of ``namespace`` is admitted by the listener's ``Selector`` (:func:`attached_routes`)."""
+    if not isinstance(namespace, str):
+        return False
+    try:
+        selector = selector_from_spec(dig(listener, "allowedRoutes", "namespaces", "selector"))
+    except (ValueError, TypeError):
+        return False
+    return selector is not None and selector.matches(namespace_labels.get(namespace, {}))

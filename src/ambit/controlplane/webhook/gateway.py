@@ -6,8 +6,11 @@ numbers). The checks mirror the Gateway API's own CRD validation rules, which a 
 and our embedded API server does not:
 
 - Gateway: ``gatewayClassName`` and 1-64 ``listeners``; each listener has a unique name, a port 1-65535 and a
-  protocol (a core one or a domain-prefixed custom one); HTTPS needs ``tls``, HTTP/TCP/UDP forbid it; TCP and UDP
-  take no hostname; port, protocol and hostname together are unique.
+  protocol (a name or a domain-prefixed one, by the CRD's pattern: an unknown name is admitted and its status says
+  ``UnsupportedProtocol``); HTTPS needs ``tls``, HTTP/TCP/UDP forbid it; TCP and UDP
+  take no hostname; port, protocol and hostname together are unique; each of ``addresses`` may leave out its
+  ``value`` (the implementation picks one), and a value given is an IP address for type ``IPAddress`` (the
+  default) and a DNS name, optionally ``*.``-prefixed, for ``Hostname``.
 - Routes: ``parentRefs`` name their parent (port 1-65535 if given); ``hostnames`` are DNS names, optionally with
   a ``*.`` prefix, never IP addresses; each rule's ``matches`` use known match types, and an HTTP path value
   starts with ``/``; each ``backendRefs[]`` names its backend and, when it is a core Service, gives a ``port``;
@@ -18,11 +21,20 @@ and our embedded API server does not:
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ambit.controlplane.webhook.fields import Fields, is_dns_label, is_hostname, is_ip
 
 CORE_PROTOCOLS = ("HTTP", "HTTPS", "TLS", "TCP", "UDP", "HBONE")
+_PROTOCOL = re.compile(
+    r"^[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?$|[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9]+$"
+)
+"""The CRD's pattern for a listener's protocol (searched, as the API server does): an unknown name such as
+``INVALID`` is admitted and reported by the status (``UnsupportedProtocol``), as Gateway API requires. Searched
+only within :data:`PROTOCOL_MAX` characters: its nested repetitions cost time quadratic in the length."""
+PROTOCOL_MAX = 255
+"""The CRD's ``maxLength`` of a listener's protocol."""
 HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH")
 PATH_TYPES = ("Exact", "PathPrefix", "RegularExpression")
 VALUE_TYPES = ("Exact", "RegularExpression")
@@ -51,8 +63,14 @@ def validate_gateway(obj: dict[str, Any]) -> Fields:
             names.add(name)
         port = f.port(listener.get("port"), f"{path}.port", required=True)
         protocol = f.string(listener.get("protocol"), f"{path}.protocol", required=True)
-        if protocol is not None and protocol not in CORE_PROTOCOLS and "/" not in protocol:
-            f.error(f"{path}.protocol", f"unknown protocol {protocol!r}: expected one of {', '.join(CORE_PROTOCOLS)}")
+        if protocol is not None and len(protocol) > PROTOCOL_MAX:
+            f.error(f"{path}.protocol", f"longer than {PROTOCOL_MAX} characters ({len(protocol)})")
+        elif protocol is not None and not _PROTOCOL.search(protocol):
+            f.error(
+                f"{path}.protocol",
+                f"invalid protocol {protocol!r}: expected a name such as {', '.join(CORE_PROTOCOLS)} or a "
+                "domain-prefixed one (example.com/name)",
+            )
         hostname = _hostname(f, listener.get("hostname"), f"{path}.hostname")
         if listener.get("tls") is not None:
             tls = f.mapping(listener.get("tls"), f"{path}.tls")
@@ -71,11 +89,11 @@ def validate_gateway(obj: dict[str, Any]) -> Fields:
         f.mapping(listener.get("allowedRoutes"), f"{path}.allowedRoutes")
     for path, address in f.objects(spec.get("addresses"), "spec.addresses", limit=16):
         kind = f.string(address.get("type"), f"{path}.type") or "IPAddress"
-        value = f.string(address.get("value"), f"{path}.value", required=True)
-        if value is not None and kind == "IPAddress" and not is_ip(value):
+        value = f.string(address.get("value"), f"{path}.value")  # optional: the implementation assigns one
+        if value and kind == "IPAddress" and not is_ip(value):
             f.error(f"{path}.value", f"{value!r} is not an IP address")
-        elif value is not None and kind == "Hostname" and not is_hostname(value, wildcard=False):
-            f.error(f"{path}.value", f"{value!r} is not a DNS name")
+        elif value and kind == "Hostname" and not is_hostname(value, wildcard=True):
+            f.error(f"{path}.value", f"{value!r} is not a DNS name (a '*.' prefix is allowed)")
     return f
 
 
