@@ -731,6 +731,38 @@ def test_a_backends_own_header_modifier_goes_with_that_backend() -> None:
     assert {d.backend.hostname.partition(".")[0] for d in decisions} == {V1, V2}
 
 
+def test_a_backends_own_response_header_modifier_follows_the_rules_on_that_backends_answers() -> None:
+    """Not in the suite (Istio accepts it: istiod puts a backendRef's response header operations on its weighted
+    destination): a backendRef's ``ResponseHeaderModifier`` changes the answers of that backend only, after the
+    rule's own."""
+    refs = [
+        {
+            "name": b,
+            "port": 8080,
+            "weight": 10,
+            "filters": [_modifier("ResponseHeaderModifier", set={"Backend": b}, add={"Rule": b}, remove=["Drop"])],
+        }
+        for b in (V1, V2)
+    ]
+    spec = {
+        "parentRefs": [{"name": "same-namespace"}],
+        "rules": [
+            {
+                "filters": [_modifier("ResponseHeaderModifier", set={"Rule": "rule", "Backend": "rule"})],
+                "backendRefs": refs,
+            }
+        ],
+    }
+    gateways = Gateways(yaml.safe_dump({"metadata": {"name": "weighted"}, "spec": spec}))
+    decisions = _draws(gateways, 100)
+    assert {d.backend.hostname.partition(".")[0] for d in decisions} == {V1, V2}
+    for decision in decisions:
+        name = decision.backend.hostname.partition(".")[0]
+        assert decision.response_headers is not None
+        answered = decision.response_headers.applied([("drop", "x"), ("backend", "b"), ("kept", "k")])
+        assert sorted(answered) == sorted([("kept", "k"), ("backend", name), ("rule", "rule"), ("rule", name)])
+
+
 def test_weights_split_requests_and_weight_zero_gets_none() -> None:
     gateways = Gateways(
         _weighted(

@@ -30,6 +30,7 @@ from ambit.model.routes import (
 from ambit.waypoint.decisions import Forward, RequestHead, Respond
 from ambit.waypoint.filters import (
     apply_header_modifier,
+    chained,
     clean_modifier,
     normalize_path,
     replace_prefix,
@@ -732,3 +733,30 @@ def test_route_never_raises_on_arbitrary_requests_and_tables(
 @given(st.text(max_size=40) | st.from_regex(r"[()|*+?{}\[\]\\a-c0-9,.^$]{0,24}", fullmatch=True))
 def test_pattern_problem_never_raises(pattern: str) -> None:
     assert pattern_problem(pattern) is None or isinstance(pattern_problem(pattern), str)
+
+
+_NAMES = st.sampled_from(["a", "b", "c", "d"])
+_ENTRIES = st.lists(st.tuples(_NAMES, st.sampled_from(["1", "2", "3"])), max_size=4).map(tuple)
+_MODIFIERS = st.builds(HeaderModifier, set=_ENTRIES, add=_ENTRIES, remove=st.lists(_NAMES, max_size=3).map(tuple))
+
+
+@given(first=st.one_of(st.none(), _MODIFIERS), then=st.one_of(st.none(), _MODIFIERS), headers=_ENTRIES)
+def test_chained_modifiers_give_the_headers_of_one_then_the_other(
+    first: HeaderModifier | None, then: HeaderModifier | None, headers: tuple[tuple[str, str], ...]
+) -> None:
+    """:func:`ambit.waypoint.filters.chained` (filters rule 2): the same values per name, in the same order, as
+    applying ``first`` and then ``then``."""
+
+    def by_name(items: list[tuple[str, str]]) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for name, value in items:
+            out.setdefault(name, []).append(value)
+        return out
+
+    expected = list(headers)
+    for modifier in (first, then):
+        if modifier is not None:
+            expected = modifier.applied(expected)
+    one = chained(first, then)
+    got = list(headers) if one is None else one.applied(list(headers))
+    assert by_name(got) == by_name(expected)

@@ -135,7 +135,13 @@ redirects = st.builds(
     status_code=st.sampled_from([301, 302, 303, 307, 308]),
     keeps_host_port=st.booleans(),
 )
-weighted = st.builds(WeightedBackend, st.none() | backends, st.integers(0, 1000), st.none() | header_modifiers)
+weighted = st.builds(
+    WeightedBackend,
+    st.none() | backends,
+    st.integers(0, 1000),
+    st.none() | header_modifiers,
+    st.none() | header_modifiers,
+)
 rules = st.builds(
     RouteRule,
     route=TOKEN.map(lambda t: f"HTTPRoute/app/{t}"),

@@ -510,14 +510,16 @@ class RequestMirror(_message.Message):
     def __init__(self, backend: _Optional[_Union[BackendService, _Mapping]] = ..., percent: _Optional[float] = ...) -> None: ...
 
 class WeightedBackend(_message.Message):
-    __slots__ = ("backend", "weight", "request_headers")
+    __slots__ = ("backend", "weight", "request_headers", "response_headers")
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     WEIGHT_FIELD_NUMBER: _ClassVar[int]
     REQUEST_HEADERS_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_HEADERS_FIELD_NUMBER: _ClassVar[int]
     backend: BackendService
     weight: int
     request_headers: HeaderModifier
-    def __init__(self, backend: _Optional[_Union[BackendService, _Mapping]] = ..., weight: _Optional[int] = ..., request_headers: _Optional[_Union[HeaderModifier, _Mapping]] = ...) -> None: ...
+    response_headers: HeaderModifier
+    def __init__(self, backend: _Optional[_Union[BackendService, _Mapping]] = ..., weight: _Optional[int] = ..., request_headers: _Optional[_Union[HeaderModifier, _Mapping]] = ..., response_headers: _Optional[_Union[HeaderModifier, _Mapping]] = ...) -> None: ...
 
 class RetryPolicy(_message.Message):
     __slots__ = ("attempts", "codes", "backoff", "on_connect_failure")

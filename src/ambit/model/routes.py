@@ -216,6 +216,9 @@ class WeightedBackend:
     weight: int = 1
     request_headers: HeaderModifier | None = None
     """The backendRef's own ``RequestHeaderModifier``, applied after the rule's."""
+    response_headers: HeaderModifier | None = None
+    """The backendRef's own ``ResponseHeaderModifier``, applied after the rule's to the answers it gives (istiod
+    puts both on the route's weighted destination)."""
 
 
 @dataclass(frozen=True, slots=True)

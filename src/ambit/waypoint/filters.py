@@ -13,6 +13,8 @@ Rules:
    message's framing and hop-by-hop headers (``content-length``, ``transfer-encoding``, ``connection``, ...: the
    shell writes those) is dropped: route authors must not be able to split or desynchronise a message
    (:func:`clean_modifier`, run once per table; :class:`HeaderEdit` is the request side's modifier made ready).
+   Two modifiers applied one after the other are one modifier (:func:`chained`): the second's ``remove`` and
+   ``set`` names drop the first's ``set`` and ``add`` entries of those names, and the lists are joined.
 3. A path modifier changes the path and keeps the query. ``ReplaceFullPath`` replaces the path. ``ReplacePrefixMatch``
    replaces the matched prefix element-wise, trailing slashes of prefix and replacement ignored (Gateway API's
    table: prefix ``/foo``, replacement ``/xyz``: ``/foo/bar`` → ``/xyz/bar``, ``/foo`` → ``/xyz``; replacement
@@ -80,6 +82,19 @@ def clean_modifier(modifier: HeaderModifier | None) -> HeaderModifier | None:
     if not (set_ or add or remove):
         return None
     return HeaderModifier(set=set_, add=add, remove=remove)
+
+
+def chained(first: HeaderModifier | None, then: HeaderModifier | None) -> HeaderModifier | None:
+    """One modifier that does ``first`` and then ``then`` (rule 2; names already lower-case, as
+    :func:`clean_modifier` leaves them): the same headers come out, up to the order of different names."""
+    if first is None or then is None:
+        return then if first is None else first
+    dropped = set(then.remove) | {name for name, _ in then.set}
+    return HeaderModifier(
+        set=tuple(item for item in first.set if item[0] not in dropped) + then.set,
+        add=tuple(item for item in first.add if item[0] not in dropped) + then.add,
+        remove=tuple(dict.fromkeys(first.remove + then.remove)),
+    )
 
 
 @dataclass(frozen=True, slots=True, eq=False)

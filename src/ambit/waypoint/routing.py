@@ -65,6 +65,7 @@ from ambit.waypoint.cors import AnswerPreflight, CompiledCors, compile_cors, pla
 from ambit.waypoint.decisions import Decision, Forward, RequestHead, Respond
 from ambit.waypoint.filters import (
     HeaderEdit,
+    chained,
     clean_modifier,
     is_visible_ascii,
     redirect_location,
@@ -89,14 +90,18 @@ _DEFAULT_RETRY = RetryPolicy()
 """The default route's policies: Istio's defaults, shared (they are frozen)."""
 
 
+_Drawn = tuple[float, WeightedBackend, HeaderEdit | None, HeaderModifier | None]
+
+
 @dataclass(frozen=True, slots=True)
 class _CompiledRule:
     rule: RouteRule
     test: MatchTest
     request_headers: HeaderEdit | None
     response_headers: HeaderModifier | None
-    backends: tuple[tuple[float, WeightedBackend, HeaderEdit | None], ...]
-    """(cumulative weight, backend, its cleaned header modifier), weight > 0 only."""
+    backends: tuple[_Drawn, ...]
+    """(cumulative weight, backend, its request header edit, the response modifier of the rule then the backend),
+    weight > 0 only."""
     total: float
     regex_rewrite: tuple[re.Pattern[str], str] | None = None
     broken: bool = False
@@ -122,12 +127,14 @@ def _regex_rewrite(rule: RouteRule, problems: list[str]) -> tuple[re.Pattern[str
 
 
 def _compile_rule(rule: RouteRule) -> tuple[_CompiledRule, tuple[str, ...]]:
-    backends: list[tuple[float, WeightedBackend, HeaderEdit | None]] = []
+    backends: list[_Drawn] = []
     total = 0.0
+    response = clean_modifier(rule.response_headers)
     for backend in rule.backends:
         if backend.weight > 0:
             total += backend.weight
-            backends.append((total, backend, HeaderEdit.of(backend.request_headers)))
+            answers = chained(response, clean_modifier(backend.response_headers))
+            backends.append((total, backend, HeaderEdit.of(backend.request_headers), answers))
     test, problems = compile_match(rule.match, rule.route or "route")
     extra: list[str] = []
     rewrite = _regex_rewrite(rule, extra)
@@ -139,7 +146,7 @@ def _compile_rule(rule: RouteRule) -> tuple[_CompiledRule, tuple[str, ...]]:
         rule=rule,
         test=test,
         request_headers=HeaderEdit.of(rule.request_headers),
-        response_headers=clean_modifier(rule.response_headers),
+        response_headers=response,
         backends=tuple(backends),
         total=total,
         regex_rewrite=rewrite if isinstance(rewrite, tuple) else None,
@@ -193,9 +200,7 @@ class CompiledTable:
         return Respond(404, by_router=False)
 
 
-def _draw(
-    backends: tuple[tuple[float, WeightedBackend, HeaderEdit | None], ...], draw: float
-) -> tuple[float, WeightedBackend, HeaderEdit | None] | None:
+def _draw(backends: tuple[_Drawn, ...], draw: float) -> _Drawn | None:
     for entry in backends:
         if draw < entry[0]:
             return entry
@@ -312,7 +317,7 @@ def _act(compiled: _CompiledRule, destination: BackendService, request: RequestH
     return Forward(
         backend,
         request,
-        response_headers=compiled.response_headers,
+        response_headers=chosen[3],
         timeouts=rule.timeouts,
         retry=rule.retry,
         mirrors=mirrors,

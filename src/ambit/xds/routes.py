@@ -152,6 +152,8 @@ def _weighted(item: WeightedBackend) -> pb.WeightedBackend:
         out.backend.CopyFrom(_backend(item.backend))
     if item.request_headers is not None:
         out.request_headers.CopyFrom(_header_modifier(item.request_headers))
+    if item.response_headers is not None:
+        out.response_headers.CopyFrom(_header_modifier(item.response_headers))
     return out
 
 
@@ -376,6 +378,9 @@ class _Reader(FieldReader):
             weight=message.weight,
             request_headers=self.header_modifier(f"{field}.request_headers", message.request_headers)
             if message.HasField("request_headers")
+            else None,
+            response_headers=self.header_modifier(f"{field}.response_headers", message.response_headers)
+            if message.HasField("response_headers")
             else None,
         )
 

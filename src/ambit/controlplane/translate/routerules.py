@@ -26,7 +26,8 @@ Rules:
    as istiod supports; any other kind is ``InvalidKind``; a missing Service or host ``BackendNotFound``; a missing
    ``port`` ``InvalidDestination``. An unresolved backend stays in the rule as ``WeightedBackend(backend=None)``
    with its weight, so its share of requests answers 500. A ``backendRef``'s own filters may only be a
-   ``RequestHeaderModifier``; another makes that backend unresolved (``InvalidFilter``).
+   ``RequestHeaderModifier`` or a ``ResponseHeaderModifier`` (istiod's header operations on the weighted
+   destination, applied after the rule's); another makes that backend unresolved (``InvalidFilter``).
 5. Timeouts are Gateway API durations (``^([0-9]{1,5}(h|m|s|ms)){1,4}$``, e.g. ``10s``, ``500ms``, ``1m``); zero
    means no limit (istiod); an unparsable one makes the rule invalid (``InvalidConfiguration``).
 6. Retries: without ``retry`` a rule gets Istio's default (2 attempts on connect failure and 503). With ``retry``
@@ -431,15 +432,20 @@ def _backends(refs: Any, ctx: _Context) -> tuple[WeightedBackend, ...]:
         weight = 1 if weight is None else max(weight, 0)
         backend = ctx.backend(ref)
         headers: HeaderModifier | None = None
+        response: HeaderModifier | None = None
         for item in _list(ref.get("filters")):
             try:
-                if item.get("type") != "RequestHeaderModifier":
-                    raise _Invalid(INVALID_FILTER, f'unsupported backendRef filter type "{item.get("type")}"')
-                headers = _header_modifier(item.get("requestHeaderModifier"))
+                kind = item.get("type")
+                if kind == "RequestHeaderModifier":
+                    headers = _header_modifier(item.get("requestHeaderModifier"))
+                elif kind == "ResponseHeaderModifier":
+                    response = _header_modifier(item.get("responseHeaderModifier"))
+                else:
+                    raise _Invalid(INVALID_FILTER, f'unsupported backendRef filter type "{kind}"')
             except _Invalid as exc:
                 ctx.problems.append(Problem(exc.reason, exc.message))
                 backend = None
-        out.append(WeightedBackend(backend, weight, headers))
+        out.append(WeightedBackend(backend, weight, headers, response))
     return tuple(out)
 
 
