@@ -3,8 +3,9 @@
 #   lab:  the tests that bring up a lab or take the machine-wide lab lock, one after the other;
 #   rest: every other test that does not use the machine, spread over pytest-xdist workers, then
 #   host: the machine's other tests (namespaces, links and tables of their own names; root), one after the other,
-#   then lab2: as root, a second stream of the lab share beside the first, in a network namespace with a /run/netns
-#         and /run/lock of its own; the two take the lab share's modules from one queue (tests/lab_streams.py).
+#   and beside it, from the rest share's end, lab2: as root, a second stream of the lab share, in a network
+#         namespace with a /run/netns and /run/lock of its own; the two lab streams take the lab share's modules from
+#         one queue (tests/lab_streams.py).
 # Each share's lines are prefixed with its name; the exit status is non-zero when any share fails.
 # Usage: scripts/run_suite.sh [extra pytest arguments, given to every share]
 set -uo pipefail
@@ -25,19 +26,26 @@ lab=$!
 (
   AMBIT_TEST_SHARE=rest "$pytest" -q -n "$workers" --durations=10 --durations-min=5 --basetemp="$base/rest" tests "$@" 2>&1 | sed -u 's/^/[rest] /' | tee "$base/rest.out"
   rest_status=${PIPESTATUS[0]}
-  AMBIT_TEST_SHARE=host "$pytest" -q --durations=20 --durations-min=5 --basetemp="$base/host" tests "$@" 2>&1 | sed -u 's/^/[host] /' | tee "$base/host.out"
-  host_status=${PIPESTATUS[0]}
-  echo "suite: rest share exit ${rest_status}, host share exit ${host_status}"
-  lab2_status=0
+  lab2=""
   if [ "${#streams[@]}" -gt 0 ]; then
     mkdir -p /run/netns
     # A machine of its own as far as labs go: loopback, bridge and routes in a new network namespace, named
     # namespaces and the lab lock on tmpfs in a new mount namespace (gone with the stream).
-    unshare --net --mount --propagation private sh -c 'mount -t tmpfs -o mode=0755 lab2 /run/netns &&
-      mount -t tmpfs -o mode=1777 lab2 /run/lock && ip link set lo up && exec "$@"' lab2 \
-      "${streams[@]}" AMBIT_LAB_STREAM=secondary AMBIT_TEST_SHARE=lab \
-      "$pytest" -q --durations=40 --durations-min=5 --basetemp="$base/lab2" tests "$@" 2>&1 | sed -u 's/^/[lab2] /' | tee "$base/lab2.out"
-    lab2_status=${PIPESTATUS[0]}
+    (
+      unshare --net --mount --propagation private sh -c 'mount -t tmpfs -o mode=0755 lab2 /run/netns &&
+        mount -t tmpfs -o mode=1777 lab2 /run/lock && ip link set lo up && exec "$@"' lab2 \
+        "${streams[@]}" AMBIT_LAB_STREAM=secondary AMBIT_TEST_SHARE=lab \
+        "$pytest" -q --durations=40 --durations-min=5 --basetemp="$base/lab2" tests "$@" 2>&1 | sed -u 's/^/[lab2] /' | tee "$base/lab2.out"
+      exit "${PIPESTATUS[0]}"
+    ) &
+    lab2=$!
+  fi
+  AMBIT_TEST_SHARE=host "$pytest" -q --durations=20 --durations-min=5 --basetemp="$base/host" tests "$@" 2>&1 | sed -u 's/^/[host] /' | tee "$base/host.out"
+  host_status=${PIPESTATUS[0]}
+  echo "suite: rest share exit ${rest_status}, host share exit ${host_status}"
+  lab2_status=0
+  if [ -n "$lab2" ]; then
+    wait "$lab2"; lab2_status=$?
     echo "suite: second lab stream exit ${lab2_status}"
   fi
   [ "$rest_status" -eq 0 ] && [ "$host_status" -eq 0 ] && [ "$lab2_status" -eq 0 ]

@@ -1,7 +1,7 @@
 """The lab share in two streams that take test modules from one queue (``scripts/run_suite.sh``).
 
 The lab share is the suite's longest line: its tests bring up labs one after the other, mostly waiting on them. Once
-the other shares are done, a second pytest process (the *secondary* stream) runs beside the first (the *primary*),
+the rest share is done, a second pytest process (the *secondary* stream) runs beside the first (the *primary*),
 in a network namespace and with a ``/run/netns`` and ``/run/lock`` of its own (a machine of its own, as far as labs
 go: its labs' bridge address, pod routes, named namespaces and lab lock cannot meet the primary's). Both collect the
 whole share and take its modules from a queue file, a module at a time; a module one stream took, the other
