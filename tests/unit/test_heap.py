@@ -16,15 +16,29 @@ class Cycle:
         self.me = self
 
 
+async def settled(settler: HeapSettler, count: int) -> None:
+    """Wait (up to about 10 s) until ``settler`` has settled ``count`` times: a loaded machine runs a timer late,
+    never early."""
+    for _ in range(1000):
+        if settler.settles >= count:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{settler.settles} settles, not {count}")
+
+
 def test_a_burst_of_changes_settles_once_after_the_burst_and_freezes_what_lives() -> None:
+    """The burst's changes come 1 ms apart with a 0.5 s settle: only a stall of half a second between two of them
+    would let a settle in mid-burst (with a 50 ms settle, a loaded CI machine did once)."""
+
     async def run() -> tuple[int, int, int]:
-        settler = HeapSettler(settle=0.05)
+        settler = HeapSettler(settle=0.5)
         kept = [object() for _ in range(1000)]
         for _ in range(20):
             settler.changed()
             await asyncio.sleep(0.001)
         assert settler.settles == 0
-        await asyncio.sleep(0.2)
+        await settled(settler, 1)
+        await asyncio.sleep(1.0)  # two settle periods more: no second settle without a change
         frozen = gc.get_freeze_count()
         assert kept
         return settler.settles, frozen, len(kept)
@@ -43,12 +57,12 @@ def test_garbage_frozen_by_one_settle_is_collected_by_the_next() -> None:
         cycle = Cycle()
         ref = weakref.ref(cycle)
         settler.changed()
-        await asyncio.sleep(0.1)
+        await settled(settler, 1)
         del cycle  # now cyclic garbage, frozen: a full collection alone does not see it
         gc.collect()
         survived_collect = ref() is not None
         settler.changed()
-        await asyncio.sleep(0.1)
+        await settled(settler, 2)
         return survived_collect, ref() is None
 
     try:
