@@ -40,8 +40,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ambit.controlplane.gateway.render import service_hostname
+from ambit.controlplane.translate.ingress import listener_admits
 from ambit.controlplane.translate.route_kinds import ALL_ROUTE_KINDS, INVALID_ROUTE_KINDS, supported_kinds
-from ambit.model.labels import selector_from_spec
 
 __all__ = [
     "Deployed",
@@ -272,7 +272,7 @@ def attached_routes(
         for route in routes:
             rns = dig(route, "metadata", "namespace")
             if allowed == "Selector" and namespace_labels is not None:
-                if not _selected(listener, rns, namespace_labels):
+                if not (isinstance(rns, str) and listener_admits(listener, str(namespace), rns, namespace_labels)):
                     continue
             elif rns != namespace and allowed != "All":
                 continue
@@ -290,14 +290,3 @@ def attached_routes(
                     counts[lname] += 1
                     break
     return counts
-
-
-def _selected(listener: Obj, namespace: Any, namespace_labels: Mapping[str, Mapping[str, str]]) -> bool:
-    """A route of ``namespace`` is admitted by the listener's ``Selector`` (:func:`attached_routes`)."""
-    if not isinstance(namespace, str):
-        return False
-    try:
-        selector = selector_from_spec(dig(listener, "allowedRoutes", "namespaces", "selector"))
-    except (ValueError, TypeError):
-        return False
-    return selector is not None and selector.matches(namespace_labels.get(namespace, {}))

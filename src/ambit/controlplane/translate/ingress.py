@@ -137,7 +137,11 @@ def _account(gateway: Obj) -> str:
     return _text(annotations.get(SERVICE_ACCOUNT_ANNOTATION)) or deployed_name(gateway)
 
 
-def _admits(listener: Obj, gateway_ns: str, route_ns: str, namespace_labels: Mapping[str, Mapping[str, str]]) -> bool:
+def listener_admits(
+    listener: Obj, gateway_ns: str, route_ns: str, namespace_labels: Mapping[str, Mapping[str, str]]
+) -> bool:
+    """Whether the listener's ``allowedRoutes.namespaces`` admits routes of ``route_ns`` (``Same``, ``All``, or
+    ``Selector`` against the namespaces' labels; a selector that does not parse admits none)."""
     namespaces = _mapping(_mapping(listener.get("allowedRoutes")).get("namespaces"))
     allowed = _text(namespaces.get("from")) or "Same"
     if allowed == "All":
@@ -355,7 +359,7 @@ def _attach(
         for j in candidates
         if j.ready
         and _kind_supported(gateway.raw.get(j.name, {}), route.kind)
-        and _admits(gateway.raw.get(j.name, {}), parent.namespace, route_ns, namespace_labels)
+        and listener_admits(gateway.raw.get(j.name, {}), parent.namespace, route_ns, namespace_labels)
     ]
     if not admitted:
         message = f'{route.kind} in namespace "{route_ns}" is not allowed by the listeners of {_key(gateway.obj)}'
