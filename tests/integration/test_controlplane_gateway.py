@@ -76,7 +76,11 @@ async def test_the_gateway_is_programmed_once_its_deployment_has_a_ready_replica
     await kube.patch_status(kinds.DEPLOYMENTS, "waypoint", {"status": {"replicas": 1, "readyReplicas": 1}}, namespace)
     gateway = await eventually(lambda: programmed(kube, "waypoint", namespace, "True", "Programmed"))
     host = f"waypoint.{namespace}.svc.cluster.local"
-    assert gateway["status"]["addresses"] == [{"type": "Hostname", "value": host}]
+    service = await get(kube, kinds.SERVICES, "waypoint", namespace)
+    ip = service["spec"]["clusterIP"]
+    # as istiod for the waypoint class: the Service's cluster IP first (what `kubectl get gateway` shows), then
+    # its hostname
+    assert gateway["status"]["addresses"] == [{"type": "IPAddress", "value": ip}, {"type": "Hostname", "value": host}]
     assert condition(gateway, "Programmed")["message"] == f"Resource programmed, assigned to service(s) {host}:15008"
     (listener,) = gateway["status"]["listeners"]
     assert listener["name"] == "mesh" and listener["attachedRoutes"] == 0

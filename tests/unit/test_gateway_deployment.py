@@ -28,6 +28,7 @@ from ambit.controlplane.gateway.status import (
     Deployed,
     attached_routes,
     class_status,
+    cluster_ips,
     gateway_status,
     plan_status,
 )
@@ -334,6 +335,42 @@ def test_an_address_once_reported_stays_unless_there_is_a_problem() -> None:
     gw = gateway(status={"addresses": [{"type": "Hostname", "value": "waypoint.app.svc.cluster.local"}]})
     assert "addresses" in gateway_status(gw, Deployed(service_exists=True), domain="cluster.local")
     assert "addresses" not in gateway_status(gw, Deployed(problem="no"), domain="cluster.local")
+
+
+def test_a_ready_waypoint_reports_its_cluster_ips_then_its_hostname_as_istiod_does_for_the_waypoint_class() -> None:
+    # istiod's waypoint class has no address type, so it reports both: the Service's cluster IPs (every family,
+    # sorted as text) and then the hostname; `kubectl get gateway` shows the first, an IP, as with Istio.
+    service = {"spec": {"clusterIP": "198.19.0.40", "clusterIPs": ["fd00:10:96::28", "198.19.0.40"]}}
+    found = Deployed(service_exists=True, ready=True, cluster_ips=cluster_ips(service))
+    status = gateway_status(gateway(), found, domain="cluster.local")
+    assert status["addresses"] == [
+        {"type": "IPAddress", "value": "198.19.0.40"},
+        {"type": "IPAddress", "value": "fd00:10:96::28"},
+        {"type": "Hostname", "value": "waypoint.app.svc.cluster.local"},
+    ]
+    # scaled to zero: what was reported stays (istiod never takes an address back while the Gateway is fine)
+    scaled = gateway(status={"addresses": status["addresses"]})
+    kept = gateway_status(scaled, Deployed(service_exists=True, cluster_ips=found.cluster_ips), domain="cluster.local")
+    assert kept["addresses"] == status["addresses"]
+    assert "addresses" not in gateway_status(scaled, Deployed(problem="no"), domain="cluster.local")
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ({"clusterIP": "198.19.0.7"}, ("198.19.0.7",)),
+        ({"clusterIP": "None", "clusterIPs": ["None"]}, ()),  # headless: no address to report
+        ({"clusterIPs": ["198.19.0.7", "2001:db8::7"]}, ("198.19.0.7", "2001:db8::7")),
+        ({"clusterIPs": [], "clusterIP": "2001:db8::7"}, ("2001:db8::7",)),
+        ({"clusterIPs": ["not an ip", 7, None, "1" * 5000]}, ()),
+        ({"clusterIP": ["198.19.0.7"]}, ()),
+        ({}, ()),
+    ],
+)
+def test_cluster_ips_reads_the_service_and_ignores_what_is_not_an_address(spec: Any, expected: Any) -> None:
+    assert cluster_ips({"spec": spec}) == expected
+    assert cluster_ips(None) == ()
+    assert cluster_ips({"spec": "junk"}) == ()
 
 
 def test_a_listener_other_than_hbone_15008_is_not_accepted() -> None:

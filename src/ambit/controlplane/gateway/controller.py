@@ -95,6 +95,7 @@ from ambit.controlplane.gateway.status import (
     Deployed,
     attached_routes,
     class_status,
+    cluster_ips,
     gateway_status,
     plan_status,
 )
@@ -537,7 +538,10 @@ class GatewayController:
         service = self.find(kinds.SERVICES, namespace, name)
         deployment = self.find(kinds.DEPLOYMENTS, namespace, name)
         return Deployed(
-            service_exists=service is not None, ready=_ready(deployment), invalid_parameters=invalid_parameters
+            service_exists=service is not None,
+            ready=_ready(deployment),
+            cluster_ips=cluster_ips(service),
+            invalid_parameters=invalid_parameters,
         )
 
     def _find_injection(self) -> None:

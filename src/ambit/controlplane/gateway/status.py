@@ -17,9 +17,11 @@ Rules:
    False/``Invalid`` with the problem as message; no Service yet is False/``AddressNotUsable`` ("hostname ... not
    found"); a Service but no ready replica False/``AddressNotAssigned`` ("no instances found for hostname ...");
    a ready replica True/``Programmed`` "Resource programmed, assigned to service(s) <host>:15008".
-3. ``status.addresses`` is ``[{type: Hostname, value: <name>.<ns>.svc.<domain>}]`` once Programmed; as in
-   istiod, an address once reported stays while the Gateway is otherwise fine (a waypoint scaled to zero keeps
-   its address), and goes when there is a problem.
+3. ``status.addresses`` once Programmed: the Service's cluster IPs (``IPAddress``, every family, sorted as text)
+   then ``{type: Hostname, value: <name>.<ns>.svc.<domain>}``, as istiod reports both for the waypoint class (its
+   address type is unset: "consumers choose"), so ``kubectl get gateway`` shows the IP as for Istio; as in
+   istiod, addresses once reported stay while the Gateway is otherwise fine (a waypoint scaled to zero keeps
+   them), and go when there is a problem.
 4. One listener status per listener with a string name: ``attachedRoutes`` as counted by the caller,
    ``supportedKinds`` by its protocol as istiod lists them (:mod:`ambit.controlplane.translate.route_kinds`: none
    for the HBONE listener), and
@@ -35,6 +37,7 @@ Rules:
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +50,7 @@ __all__ = [
     "Deployed",
     "attached_routes",
     "class_status",
+    "cluster_ips",
     "condition",
     "dig",
     "gateway_status",
@@ -72,8 +76,28 @@ class Deployed:
     ready: bool = False
     """Its Deployment reports at least one ready replica."""
     problem: str | None = None
+    cluster_ips: tuple[str, ...] = ()
+    """Its Service's cluster IPs (rule 3), as the Service lists them."""
     invalid_parameters: str | None = None
     """Why the Gateway's ``parametersRef`` cannot be used (:mod:`.overlay` rule 1): its ``Accepted`` says so."""
+
+
+def cluster_ips(service: Obj | None) -> tuple[str, ...]:
+    """Rule 3: a Service's cluster IPs (``spec.clusterIPs``, else ``spec.clusterIP``); none for a headless Service
+    or text that is not an address."""
+    spec = (service or {}).get("spec")
+    if not isinstance(spec, Mapping):
+        return ()
+    listed = spec.get("clusterIPs")
+    values = listed if isinstance(listed, list) and listed else [spec.get("clusterIP")]
+    out: list[str] = []
+    for value in values:
+        if isinstance(value, str) and len(value) <= 64:
+            try:
+                out.append(str(ipaddress.ip_address(value)))
+            except ValueError:
+                continue  # "None" (headless) or garbage
+    return tuple(out)
 
 
 def condition(type_: str, ok: bool, reason: str, message: str, generation: Any) -> dict[str, Any]:
@@ -142,10 +166,12 @@ def gateway_status(
         programmed = condition("Programmed", True, "Programmed", message, generation)
     resolved = condition("ResolvedRefs", True, "ResolvedRefs", "All references resolved", generation)
     status: dict[str, Any] = {"conditions": [accepted, programmed, resolved]}
-    address = {"type": "Hostname", "value": host}
     current = (gateway.get("status") or {}).get("addresses") if isinstance(gateway.get("status"), Mapping) else None
-    if found.problem is None and (found.ready or current == [address]):
-        status["addresses"] = [address]
+    if found.problem is None and found.ready:
+        ips = [{"type": "IPAddress", "value": ip} for ip in sorted(set(found.cluster_ips))]
+        status["addresses"] = [*ips, {"type": "Hostname", "value": host}]
+    elif found.problem is None and isinstance(current, list) and current:
+        status["addresses"] = current  # never taken back while the Gateway is fine (rule 3)
     status["listeners"] = [
         _listener_status(item, generation, (attached or {}).get(str(item.get("name")), 0))
         for item in listeners
