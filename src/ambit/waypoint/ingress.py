@@ -130,7 +130,7 @@ from ambit.waypoint.ingress_connections import (
 from ambit.waypoint.ingress_routing import IngressRouter
 from ambit.waypoint.ingress_tls import Admitted, PortTls
 from ambit.waypoint.ingress_tunnel import Proxied, TunnelRefused, describe, loopback_for, read_proxied, tunnel_ports
-from ambit.waypoint.process import Waypoint, hbone_tls_records
+from ambit.waypoint.process import Waypoint, hbone_tls_records, serve_until_stopped
 from ambit.waypoint.settings import WaypointSettings
 from ambit.waypoint.tcp import relay_to
 from ambit.xds.client import Subscription
@@ -707,7 +707,8 @@ def _listener_dump(listener: IngressListener) -> dict[str, Any]:
 
 
 async def run_gateway(settings: WaypointSettings, *, admin_token_file: Path | None = None) -> None:
-    """Run until SIGTERM, SIGINT or ``/quitquitquit``."""
+    """Run until SIGTERM, SIGINT or ``/quitquitquit``, then drain as a waypoint does (a rollout of the gateway
+    must not reset the connections that reach the old pod before its endpoint is gone everywhere)."""
     import signal
 
     gateway = IngressGateway(settings, admin_token_file=admin_token_file)
@@ -715,7 +716,4 @@ async def run_gateway(settings: WaypointSettings, *, admin_token_file: Path | No
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, gateway.stopped.set)
     await gateway.start()
-    try:
-        await gateway.stopped.wait()
-    finally:
-        await gateway.aclose()
+    await serve_until_stopped(gateway, settings.limits.drain_time)

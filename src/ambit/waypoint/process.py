@@ -463,6 +463,18 @@ class Waypoint:
         self.context.access_log.flush()
 
 
+async def serve_until_stopped(proxy: Waypoint, drain_time: float) -> None:
+    """Serve a started proxy until :attr:`Waypoint.stopped` is set, then drain for ``drain_time`` (not ready,
+    still serving, as Envoy does for Istio's termination drain duration: a pod being deleted still gets new
+    connections until every proxy has heard its endpoint is gone), then close. A waypoint and an ingress gateway
+    stop alike."""
+    try:
+        await proxy.stopped.wait()
+        await proxy.drain(drain_time)
+    finally:
+        await proxy.aclose()
+
+
 async def run_waypoint(settings: WaypointSettings, *, admin_token_file: Path | None = None) -> None:
     """Run until SIGTERM, SIGINT or ``/quitquitquit``, then drain."""
     waypoint = Waypoint(settings, admin_token_file=admin_token_file)
@@ -470,8 +482,4 @@ async def run_waypoint(settings: WaypointSettings, *, admin_token_file: Path | N
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, waypoint.stopped.set)
     await waypoint.start()
-    try:
-        await waypoint.stopped.wait()
-        await waypoint.drain(settings.limits.drain_time)
-    finally:
-        await waypoint.aclose()
+    await serve_until_stopped(waypoint, settings.limits.drain_time)
