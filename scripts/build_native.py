@@ -25,7 +25,7 @@ from pathlib import Path
 
 NATIVE = Path(__file__).resolve().parent.parent / "src" / "ambit" / "native"
 EXTENSIONS = {
-    "_tls_records": ("tls_records.c", "record_sink.c"),
+    "_tls_records": ("tls_records.c", "record_sink.c", "verify_cache.c"),
     "_hbone_data": ("hbone_data.c", "hbone_send.c", "relay_socket.c"),
 }
 """Each extension module and its C sources (in ``src/ambit/native``), the first one holding its ``PyInit_``."""

@@ -25,6 +25,7 @@ The extension counts as usable only when it was built against the OpenSSL that P
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import ssl
 from collections.abc import Mapping
@@ -36,6 +37,7 @@ from ambit.errors import AmbitError
 ENVIRONMENT = "AMBIT_NATIVE"
 DATA_ENVIRONMENT = "AMBIT_NATIVE_DATA"
 RELAY_ENVIRONMENT = "AMBIT_NATIVE_RELAY"
+VERIFY_CACHE_ENVIRONMENT = "AMBIT_NATIVE_VERIFY_CACHE"
 
 
 class NativeError(AmbitError):
@@ -54,6 +56,13 @@ class NativeSelection:
     relay_sockets: ModuleType | None = None
     """``_hbone_data`` again where the relay's plain socket side runs in C too (step 3: its ``SocketSink`` and
     ``SocketReader``); None: the relay's Python callbacks. Only with ``hbone_data``."""
+    verify_cache: bool = True
+    """Whether HBONE contexts cache their chain verifications (``verify_cache.c``; only with ``tls_records``)."""
+
+    @property
+    def verification_cache(self) -> ModuleType | None:
+        """The module whose ``cache_verification`` HBONE contexts call, or None: every chain verified in full."""
+        return self.tls_records if self.verify_cache else None
 
     @property
     def name(self) -> str:
@@ -97,6 +106,16 @@ def select(environ: Mapping[str, str]) -> NativeSelection:
     relay_setting = environ.get(RELAY_ENVIRONMENT, "")
     if relay_setting not in ("", "0", "1"):
         raise NativeError(f"{RELAY_ENVIRONMENT}={relay_setting!r}: expected 0 (the relay in Python), 1 or unset")
+    cache_setting = environ.get(VERIFY_CACHE_ENVIRONMENT, "")
+    if cache_setting not in ("", "0", "1"):
+        raise NativeError(f"{VERIFY_CACHE_ENVIRONMENT}={cache_setting!r}: expected 0 (verify every chain), 1 or unset")
+    chosen = _select(setting, data_setting, relay_setting)
+    if cache_setting == "0" and chosen.tls_records is not None:
+        return dataclasses.replace(chosen, reason=chosen.reason + ", no verification cache", verify_cache=False)
+    return chosen
+
+
+def _select(setting: str, data_setting: str, relay_setting: str) -> NativeSelection:
     if setting == "0":
         return NativeSelection(None, f"{ENVIRONMENT}=0")
     module, reason = load_tls_records()

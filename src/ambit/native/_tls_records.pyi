@@ -9,6 +9,9 @@ READ_EOF: Final[int]
 READ_FAILED: Final[int]
 OPENSSL_VERSION_NUMBER: Final[int]
 
+def cache_verification(context: ssl.SSLContext, options: int, verify_mode: int) -> None: ...
+def verification_counts(context: ssl.SSLContext, options: int, verify_mode: int) -> tuple[int, int] | None: ...
+
 class Records:
     held: int
     def __init__(

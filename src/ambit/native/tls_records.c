@@ -41,6 +41,7 @@
 
 #include "attr_cache.h"
 #include "record_sink.h"
+#include "verify_cache.h"
 
 #define FULL_RECORD 16384      /* the most plaintext one TLS record carries */
 #define READ_MAX (16 << 20)    /* the largest read limit accepted from Python */
@@ -710,15 +711,79 @@ static PyTypeObject ReadPumpType = {
     .tp_dealloc = (destructor)ReadPump_dealloc,
 };
 
+/* The SSL_CTX * of an ssl.SSLContext, checked as Records_new checks it: the type, and libssl reporting for that
+ * pointer the options and verify mode Python reports for the context. NULL with an exception set otherwise. */
+static SSL_CTX *checked_context(PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"context", "options", "verify_mode", NULL};
+    PyObject *context;
+    unsigned long long options;
+    int verify_mode;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OKi", keywords, &context, &options, &verify_mode))
+        return NULL;
+    if (!type_is(Py_TYPE(context), "_ssl._SSLContext")) {
+        PyErr_SetString(PyExc_TypeError, "an ssl.SSLContext is needed");
+        return NULL;
+    }
+    SSL_CTX *ctx = *(SSL_CTX **)((char *)context + sizeof(PyObject));
+    if (ctx == NULL || SSL_CTX_get_options(ctx) != options || SSL_CTX_get_verify_mode(ctx) != verify_mode) {
+        PyErr_SetString(PyExc_ValueError, "the _ssl context's layout is not the one expected");
+        return NULL;
+    }
+    return ctx;
+}
+
+PyDoc_STRVAR(cache_verification_doc,
+             "cache_verification(context, options, verify_mode) -> None: verify each presented chain once per "
+             "validity period on this context (see verify_cache.c).");
+
+static PyObject *cache_verification(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwargs)
+{
+    SSL_CTX *ctx = checked_context(args, kwargs);
+    if (ctx == NULL)
+        return NULL;
+    if (!verify_cache_install(ctx))
+        return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(verification_counts_doc,
+             "verification_counts(context, options, verify_mode) -> (hits, misses) | None: what the context's "
+             "verification cache answered so far; None without one.");
+
+static PyObject *verification_counts(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwargs)
+{
+    SSL_CTX *ctx = checked_context(args, kwargs);
+    if (ctx == NULL)
+        return NULL;
+    unsigned long hits = 0, misses = 0;
+    if (!verify_cache_counts(ctx, &hits, &misses))
+        Py_RETURN_NONE;
+    return Py_BuildValue("(kk)", hits, misses);
+}
+
+static PyMethodDef module_methods[] = {
+    {"cache_verification", (PyCFunction)(void (*)(void))cache_verification, METH_VARARGS | METH_KEYWORDS,
+     cache_verification_doc},
+    {"verification_counts", (PyCFunction)(void (*)(void))verification_counts, METH_VARARGS | METH_KEYWORDS,
+     verification_counts_doc},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "_tls_records",
     .m_doc = "TLS records read and written in C (see tls_records.c).",
     .m_size = -1,
+    .m_methods = module_methods,
 };
 
 PyMODINIT_FUNC PyInit__tls_records(void)
 {
+    if (verify_cache_init() < 0) {
+        PyErr_SetString(PyExc_ImportError, "cannot make the verification cache's ex_data index");
+        return NULL;
+    }
     if (record_sink_init() < 0) {
         PyErr_SetString(PyExc_ImportError, "cannot make the record sink's BIO method");
         return NULL;
