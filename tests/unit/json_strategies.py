@@ -165,3 +165,19 @@ def perturbed(valid: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
         return box[0]
 
     return build()
+
+
+def cors_filter_specs() -> st.SearchStrategy[dict[str, Any]]:
+    """Valid HTTPRoute ``cors`` filter objects (distinct entries, ``*`` alone or absent is not enforced: the
+    webhook's rule about it is part of what is tested)."""
+    return st.fixed_dictionaries(
+        {},
+        optional={
+            "allowOrigins": st.lists(st.sampled_from(["*", "https://a.com", "https://*.b.org:8443", "http://*"])),
+            "allowMethods": st.lists(st.sampled_from(["GET", "PUT", "*"]), unique=True),
+            "allowHeaders": st.lists(st.sampled_from(["x-a", "X-B", "*"]), unique=True),
+            "exposeHeaders": st.lists(st.sampled_from(["x-a", "X-B"]), unique=True),
+            "allowCredentials": st.booleans(),
+            "maxAge": st.integers(1, 2**31 - 1),
+        },
+    )

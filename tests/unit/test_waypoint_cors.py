@@ -126,7 +126,9 @@ def test_an_unsafe_origin_pattern_is_reported_and_never_holds() -> None:
     assert compile_table(table).problems == compiled.problems
 
 
-def test_credentials_and_expose_headers_go_on_a_normal_answer_and_credentials_on_a_preflight() -> None:
+def test_credentials_and_expose_headers_go_on_a_normal_answer_and_on_an_allowed_preflight() -> None:
+    """Envoy answers a preflight through its CORS filter's response path, which adds the expose headers too (the
+    Gateway API conformance test HTTPRouteCORS expects them on the preflight)."""
     policy = CorsPolicy(
         allow_origins=origins((ValueMatchType.EXACT, "o")), expose_headers="X-A,X-B", allow_credentials=True
     )
@@ -138,6 +140,7 @@ def test_credentials_and_expose_headers_go_on_a_normal_answer_and_credentials_on
     assert answer_headers(decide(preflight("o"), rule(cors=policy))) == {
         "access-control-allow-origin": "o",
         "access-control-allow-credentials": "true",
+        "access-control-expose-headers": "X-A,X-B",
     }
 
 
@@ -149,9 +152,13 @@ def test_a_non_matching_origin_gets_no_cors_header_and_its_preflight_is_forwarde
     assert forwarded.request.method == "OPTIONS"
 
 
-def test_with_ignore_a_non_matching_preflight_is_answered_without_allow_origin() -> None:
+def test_with_ignore_a_non_matching_preflight_is_answered_without_allow_origin_or_expose_headers() -> None:
     policy = CorsPolicy(
-        allow_origins=UPSTREAM.allow_origins, allow_methods="GET", max_age=5, forward_unmatched_preflights=False
+        allow_origins=UPSTREAM.allow_origins,
+        allow_methods="GET",
+        expose_headers="X-A",
+        max_age=5,
+        forward_unmatched_preflights=False,
     )
     decision = decide(preflight("evil.com"), rule(cors=policy))
     assert isinstance(decision, Respond) and decision.status == 200

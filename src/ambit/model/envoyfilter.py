@@ -32,9 +32,10 @@ plane's translation both use :func:`version_pattern_problem` and :func:`version_
 
 1. An expression longer than :data:`MAX_VERSION_PATTERN` characters is not compiled: the webhook warns, and the
    patch matches no proxy (istiod fails closed).
-2. An expression that does not compile, or uses what RE2 lacks (look-around, back-references, atomic groups), is
-   refused by the webhook; one that got past it anyway has its version match ignored (istiod compiles it to
-   nothing, and a patch without a version match applies to every version).
+2. An expression that does not compile, uses what RE2 lacks (look-around, back-references, atomic groups), or has
+   a possible nested set (``[[``: Python and RE2 may read it differently) is refused by the webhook; one that got
+   past it anyway has its version match ignored (istiod compiles it to nothing, and a patch without a version
+   match applies to every version).
 3. An empty version matches no expression.
 """
 
@@ -42,6 +43,7 @@ from __future__ import annotations
 
 import enum
 import re
+import warnings
 from dataclasses import dataclass
 
 MAX_VERSION_PATTERN = 1024
@@ -199,7 +201,13 @@ def version_pattern_problem(pattern: str) -> str:
     if lacking:
         return f"invalid regex for proxy version: {lacking} is not supported (RE2 syntax)"
     try:
-        re.compile(pattern)
+        with warnings.catch_warnings():
+            # Python warns where a set's meaning will change (``[[``, ``[[:alpha:]]``, which RE2 reads as a POSIX
+            # class): refused, as routes' expressions are, since Python and RE2 may read it differently.
+            warnings.simplefilter("error", FutureWarning)
+            re.compile(pattern)
+    except FutureWarning as exc:
+        return f"invalid regex for proxy version: {pattern!r} is ambiguous ({exc}); escape the bracket"
     except (re.error, RecursionError, OverflowError, ValueError) as exc:
         return f"invalid regex for proxy version: {exc}"
     return ""

@@ -298,8 +298,9 @@ class DirectResponse:
 
 @dataclass(frozen=True, slots=True)
 class CorsPolicy:
-    """A VirtualService ``corsPolicy``, as istiod hands it to Envoy's CORS filter (the header values already
-    joined with ``,``; :mod:`ambit.waypoint.cors` applies it)."""
+    """A VirtualService ``corsPolicy`` or an HTTPRoute ``CORS`` filter (which istiod turns into one), as istiod
+    hands it to Envoy's CORS filter (the header values already joined with ``,``; :mod:`ambit.waypoint.cors`
+    applies it)."""
 
     allow_origins: tuple[ValueMatch, ...] = ()
     """Exact, Prefix or RegularExpression matches of the ``Origin`` value (``name`` is ``origin``); a match that
@@ -341,8 +342,8 @@ class RouteRule:
     regex_rewrite: RegexRewrite | None = None
     """Applied after ``rewrite`` (which then carries at most the authority)."""
     cors: CorsPolicy | None = None
-    """A VirtualService ``corsPolicy``: preflights answered, CORS response headers added (not for a redirect or a
-    direct response, which Envoy's CORS filter bypasses)."""
+    """A VirtualService ``corsPolicy`` or HTTPRoute ``CORS`` filter: preflights answered, CORS response headers
+    added (not for a redirect or a direct response, which Envoy's CORS filter bypasses)."""
 
 
 @dataclass(frozen=True, slots=True)

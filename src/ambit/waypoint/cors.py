@@ -11,11 +11,13 @@ Rules:
 3. A preflight is an ``OPTIONS`` request with an ``Origin`` and a non-empty ``Access-Control-Request-Method``.
    An allowed preflight is answered 200 by the waypoint with ``Access-Control-Allow-Origin`` (the request's
    origin), ``-Allow-Credentials: true`` when set, ``-Allow-Methods`` and ``-Allow-Headers`` as configured
-   (``*`` echoes the preflight's ``Access-Control-Request-Method`` / ``-Headers``), ``-Max-Age`` in seconds. The
-   requested method is not checked against the list (the browser does that).
+   (``*`` echoes the preflight's ``Access-Control-Request-Method`` / ``-Headers``), ``-Max-Age`` in seconds, and
+   ``-Expose-Headers`` when configured (Envoy's CORS filter answers the preflight through its own response path,
+   which adds what rule 5 adds). The requested method is not checked against the list (the browser does that).
 4. A preflight whose origin is not allowed goes on to the backend like any request when the policy forwards
    unmatched preflights (``FORWARD``, the default), with no CORS header added; with ``IGNORE`` it is answered 200
-   as in rule 3 but without ``Access-Control-Allow-Origin`` (Envoy writes the other headers regardless).
+   as in rule 3 but without ``Access-Control-Allow-Origin`` or ``-Expose-Headers`` (Envoy writes the other
+   headers regardless).
 5. Any other request with an allowed origin is forwarded; its answer gets ``Access-Control-Allow-Origin`` (the
    request's origin), ``-Allow-Credentials: true`` when set and ``-Expose-Headers`` when configured, replacing
    any the backend sent. A request whose origin is not allowed gets no CORS header.
@@ -163,6 +165,8 @@ def plan_cors(cors: CompiledCors, request: RequestHead) -> CorsPlan:
             headers.append((ALLOW_HEADERS, allow_headers))
         if policy.max_age is not None:
             headers.append((MAX_AGE, str(policy.max_age)))
+        if allowed and cors.expose_headers:
+            headers.append((EXPOSE_HEADERS, cors.expose_headers))
         return AnswerPreflight(tuple(headers))
     if not allowed or origin is None:
         return None

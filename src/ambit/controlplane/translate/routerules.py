@@ -15,11 +15,12 @@ Rules:
    param) compiles and uses only what RE2 (Envoy's engine) also accepts (no look-around, no back-references), at
    most 1024 characters; a method is one of HTTP's nine. An invalid match is dropped, so a rule whose every match
    is invalid is dropped whole; the problem is ``InvalidConfiguration``.
-3. Filters: ``RequestHeaderModifier``, ``ResponseHeaderModifier``, ``RequestRedirect``, ``URLRewrite`` and
-   ``RequestMirror`` (for GRPCRoute the header modifiers and the mirror). Anything else (``CORS``,
-   ``ExtensionRef``, an unknown type), or a header modifier naming an invalid header name or a value with CR, LF
-   or NUL, makes the rule answer 500, as Gateway API requires ("the filter MUST NOT be skipped"); the problem is
-   ``InvalidFilter``. A mirror whose backend does not resolve is dropped and reported as rule 4 says.
+3. Filters: ``RequestHeaderModifier``, ``ResponseHeaderModifier``, ``RequestRedirect``, ``URLRewrite``,
+   ``RequestMirror`` and ``CORS`` (:mod:`ambit.controlplane.translate.cors_filter`, on the rule as istiod puts it)
+   (for GRPCRoute the header modifiers and the mirror). Anything else (``ExtensionRef``, an unknown type), or a
+   header modifier naming an invalid header name or a value with CR, LF or NUL, makes the rule answer 500, as
+   Gateway API requires ("the filter MUST NOT be skipped"); the problem is ``InvalidFilter``. A mirror whose
+   backend does not resolve is dropped and reported as rule 4 says.
 4. ``backendRefs``: a ``Service`` (group ``""``) named in the route's namespace, or in another namespace when a
    ``ReferenceGrant`` there admits the route's kind and namespace (``RefNotPermitted`` otherwise); a
    ``networking.istio.io`` ``Hostname`` (a ServiceEntry host, or any service hostname; no ``namespace`` allowed),
@@ -27,7 +28,8 @@ Rules:
    ``port`` ``InvalidDestination``. An unresolved backend stays in the rule as ``WeightedBackend(backend=None)``
    with its weight, so its share of requests answers 500. A ``backendRef``'s own filters may only be a
    ``RequestHeaderModifier`` or a ``ResponseHeaderModifier`` (istiod's header operations on the weighted
-   destination, applied after the rule's); another makes that backend unresolved (``InvalidFilter``).
+   destination, applied after the rule's); another (``CORS`` included, which istiod refuses there too) makes that
+   backend unresolved (``InvalidFilter``).
 5. Timeouts are Gateway API durations (``^([0-9]{1,5}(h|m|s|ms)){1,4}$``, e.g. ``10s``, ``500ms``, ``1m``); zero
    means no limit (istiod); an unparsable one makes the rule invalid (``InvalidConfiguration``).
 6. Retries: without ``retry`` a rule gets Istio's default (2 attempts on connect failure and 503). With ``retry``
@@ -53,10 +55,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ambit.controlplane.translate.cors_filter import cors_policy
 from ambit.controlplane.translate.fields import mapping as _mapping
 from ambit.controlplane.translate.fields import text as _text
 from ambit.model.routes import (
     BackendService,
+    CorsPolicy,
     HeaderModifier,
     PathMatch,
     PathMatchType,
@@ -343,6 +347,7 @@ class _RuleParts:
     redirect: RequestRedirect | None = None
     rewrite: URLRewrite | None = None
     mirrors: list[RequestMirror] = field(default_factory=list)
+    cors: CorsPolicy | None = None
     answer_500: bool = False
 
 
@@ -397,6 +402,8 @@ def _filters(filters: Any, ctx: _Context, allowed: frozenset[str]) -> _RuleParts
                 parts.redirect = _redirect(item.get("requestRedirect"))
             elif kind == "URLRewrite":
                 parts.rewrite = _rewrite(item.get("urlRewrite"))
+            elif kind == "CORS":
+                parts.cors = cors_policy(item.get("cors"))
             else:
                 mirror = _mirror(item.get("requestMirror"), ctx)
                 if mirror is not None:
@@ -474,7 +481,7 @@ def _timeouts(value: Any) -> Timeouts:
 
 
 _HTTP_FILTERS = frozenset(
-    ("RequestHeaderModifier", "ResponseHeaderModifier", "RequestRedirect", "URLRewrite", "RequestMirror")
+    ("RequestHeaderModifier", "ResponseHeaderModifier", "RequestRedirect", "URLRewrite", "RequestMirror", "CORS")
 )
 _GRPC_FILTERS = frozenset(("RequestHeaderModifier", "ResponseHeaderModifier", "RequestMirror"))
 
@@ -531,6 +538,7 @@ def convert_route(kind: str, obj: Obj, lookup: BackendLookup) -> ConvertedRoute:
                 redirect=None if parts.answer_500 else parts.redirect,
                 rewrite=None if parts.answer_500 else parts.rewrite,
                 mirrors=() if parts.answer_500 else tuple(parts.mirrors),
+                cors=None if parts.answer_500 else parts.cors,
                 timeouts=timeouts,
                 retry=retry,
                 rule_name=_text(rule.get("name")),

@@ -14,7 +14,14 @@ and our embedded API server does not:
 - Routes: ``parentRefs`` name their parent (port 1-65535 if given); ``hostnames`` are DNS names, optionally with
   a ``*.`` prefix, never IP addresses; each rule's ``matches`` use known match types, and an HTTP path value
   starts with ``/``; each ``backendRefs[]`` names its backend and, when it is a core Service, gives a ``port``;
-  filters name their type and set the matching field; a redirect has no backends.
+  filters name their type and set the matching field and no other filter's; a redirect has no backends.
+- HTTPRoute filters (a rule's and a backendRef's): at most one each of ``CORS``, ``RequestHeaderModifier``,
+  ``ResponseHeaderModifier``, ``RequestRedirect`` and ``URLRewrite``. A ``cors`` object: ``allowOrigins`` at most
+  64 distinct origins (``*`` alone, or ``http(s)://`` a host, ``*`` or DNS labels with an optional leading ``*.``,
+  and an optional port; 253 characters at most), ``allowMethods`` at most 9 distinct HTTP methods or ``*``,
+  ``allowHeaders`` and ``exposeHeaders`` at most 64 distinct header names (256 characters at most), ``*`` never
+  beside another entry of ``allowOrigins``, ``allowMethods`` or ``allowHeaders``; ``allowCredentials`` a boolean;
+  ``maxAge`` an integer of at least 1 second (int32).
 - TCPRoute and TLSRoute (v1alpha2): 1-16 ``rules``, each with 1-16 ``backendRefs`` (as above, without filters) and
   a ``name`` unique within the route; a TLSRoute's ``hostnames`` are SNI names as above; a TCPRoute has none.
 """
@@ -24,7 +31,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ambit.controlplane.webhook.fields import Fields, is_dns_label, is_hostname, is_ip
+from ambit.controlplane.translate.cors_filter import ORIGIN_MAX, is_cors_origin
+from ambit.controlplane.webhook.fields import Fields, describe, is_dns_label, is_hostname, is_ip
 
 CORE_PROTOCOLS = ("HTTP", "HTTPS", "TLS", "TCP", "UDP", "HBONE")
 _PROTOCOL = re.compile(
@@ -45,7 +53,14 @@ HTTP_FILTERS = (
     "RequestRedirect",
     "URLRewrite",
     "ExtensionRef",
+    "CORS",
 )
+HTTP_SINGLE_FILTERS = ("CORS", "RequestHeaderModifier", "ResponseHeaderModifier", "RequestRedirect", "URLRewrite")
+"""The HTTPRoute filters the CRD allows at most once in one list."""
+HEADER_NAME_MAX = 256
+_HEADER_NAME = re.compile(r"[A-Za-z0-9!#$%&'*+\-.^_`|~]+")
+"""The CRD's ``HTTPHeaderName`` pattern (used with ``fullmatch``)."""
+INT32_MAX = 2**31 - 1
 GRPC_FILTERS = ("RequestHeaderModifier", "ResponseHeaderModifier", "RequestMirror", "ExtensionRef")
 
 
@@ -110,7 +125,7 @@ def validate_http_route(obj: dict[str, Any]) -> Fields:
             _name_value_matches(f, match.get("headers"), f"{match_path}.headers")
             _name_value_matches(f, match.get("queryParams"), f"{match_path}.queryParams")
             f.enum(match.get("method"), f"{match_path}.method", HTTP_METHODS)
-        filters = _filters(f, rule.get("filters"), f"{path}.filters", HTTP_FILTERS)
+        filters = _filters(f, rule.get("filters"), f"{path}.filters", HTTP_FILTERS, single=HTTP_SINGLE_FILTERS)
         if "RequestRedirect" in filters and "URLRewrite" in filters:
             f.error(f"{path}.filters", "RequestRedirect and URLRewrite cannot be used together")
         backends = _backend_refs(f, rule.get("backendRefs"), f"{path}.backendRefs")
@@ -133,7 +148,7 @@ def validate_grpc_route(obj: dict[str, Any]) -> Fields:
                 f.error(f"{match_path}.method", "one or both of service and method must be set")
             _name_value_matches(f, match.get("headers"), f"{match_path}.headers")
         _filters(f, rule.get("filters"), f"{path}.filters", GRPC_FILTERS)
-        _backend_refs(f, rule.get("backendRefs"), f"{path}.backendRefs")
+        _backend_refs(f, rule.get("backendRefs"), f"{path}.backendRefs", filters=GRPC_FILTERS)
     return f
 
 
@@ -158,7 +173,7 @@ def _stream_rules(f: Fields, spec: dict[str, Any]) -> None:
             if name in names:
                 f.error(f"{path}.name", f"rule name {name!r} is not unique within the route")
             names.add(name)
-        _backend_refs(f, rule.get("backendRefs"), f"{path}.backendRefs", required=True, filters=False)
+        _backend_refs(f, rule.get("backendRefs"), f"{path}.backendRefs", required=True, filters=())
 
 
 def _route_common(f: Fields, obj: dict[str, Any], *, hostnames: bool = True) -> dict[str, Any]:
@@ -196,21 +211,83 @@ def _name_value_matches(f: Fields, value: Any, path: str) -> None:
         f.string(match.get("value"), f"{match_path}.value", required=True)
 
 
-def _filters(f: Fields, value: Any, path: str, allowed: tuple[str, ...]) -> list[str]:
-    kinds = []
+def _filter_field(kind: str) -> str:
+    """The field a filter type sets: ``RequestMirror`` → ``requestMirror``, ``URLRewrite`` → ``urlRewrite``."""
+    return {"URLRewrite": "urlRewrite", "CORS": "cors"}.get(kind) or kind[0].lower() + kind[1:]
+
+
+def _filters(f: Fields, value: Any, path: str, allowed: tuple[str, ...], *, single: tuple[str, ...] = ()) -> list[str]:
+    kinds: list[str] = []
+    fields = {_filter_field(k) for k in allowed}
     for filter_path, item in f.objects(value, path, limit=16):
         kind = f.enum(item.get("type"), f"{filter_path}.type", allowed, required=True)
         if kind is None:
             continue
+        if kind in single and kind in kinds:
+            f.error(f"{filter_path}.type", f"{kind} filter cannot be repeated")
         kinds.append(kind)
-        field = "urlRewrite" if kind == "URLRewrite" else kind[0].lower() + kind[1:]
-        f.mapping(item.get(field), f"{filter_path}.{field}", required=True)
+        field = _filter_field(kind)
+        spec = f.mapping(item.get(field), f"{filter_path}.{field}", required=True)
+        for other in sorted(fields - {field}):
+            if item.get(other) is not None:
+                f.error(f"{filter_path}.{other}", f"must not be set when the filter type is {kind}")
+        if kind == "CORS":
+            _cors(f, spec, f"{filter_path}.cors")
     return kinds
 
 
+def _cors(f: Fields, spec: dict[str, Any], path: str) -> None:
+    """A ``cors`` filter object, as the CRD validates it."""
+    origins = _set_of_strings(f, spec.get("allowOrigins"), f"{path}.allowOrigins", limit=64)
+    for item_path, origin in origins:
+        if len(origin) > ORIGIN_MAX:
+            f.error(item_path, f"longer than {ORIGIN_MAX} characters ({len(origin)})")
+        elif not is_cors_origin(origin):
+            f.error(
+                item_path,
+                f"{origin!r} is not an origin: expected '*' or http(s)://host[:port], the host '*' or DNS labels "
+                "with an optional leading '*.'",
+            )
+    methods = _set_of_strings(f, spec.get("allowMethods"), f"{path}.allowMethods", limit=9)
+    for item_path, method in methods:
+        if method != "*" and method not in HTTP_METHODS:
+            f.error(item_path, f"unsupported value {method[:16]!r}: expected one of {', '.join(HTTP_METHODS)} or *")
+    allow_headers = _set_of_strings(f, spec.get("allowHeaders"), f"{path}.allowHeaders", limit=64)
+    expose_headers = _set_of_strings(f, spec.get("exposeHeaders"), f"{path}.exposeHeaders", limit=64)
+    for item_path, name in allow_headers + expose_headers:
+        if len(name) > HEADER_NAME_MAX:
+            f.error(item_path, f"longer than {HEADER_NAME_MAX} characters ({len(name)})")
+        elif not _HEADER_NAME.fullmatch(name):
+            f.error(item_path, f"{name[:32]!r} is not a header name")
+    for key, items in (("allowOrigins", origins), ("allowMethods", methods), ("allowHeaders", allow_headers)):
+        if len(items) > 1 and any(text == "*" for _, text in items):
+            f.error(f"{path}.{key}", "'*' cannot be used alongside other entries")
+    credentials = spec.get("allowCredentials")
+    if credentials is not None and not isinstance(credentials, bool):
+        f.error(f"{path}.allowCredentials", f"expected a boolean, got {describe(credentials)}")
+    f.integer(spec.get("maxAge"), f"{path}.maxAge", low=1, high=INT32_MAX, what="maxAge (seconds)")
+
+
+def _set_of_strings(f: Fields, value: Any, path: str, *, limit: int) -> list[tuple[str, str]]:
+    """The strings of a ``listType=set`` array with their paths: at most ``limit``, each non-empty and distinct."""
+    seen: set[str] = set()
+    items: list[tuple[str, str]] = []
+    for i, item in enumerate(f.sequence(value, path, limit=limit)):
+        text = f.string(item, f"{path}[{i}]", required=True)
+        if text is None:
+            continue
+        if text in seen:
+            f.error(f"{path}[{i}]", f"duplicate value {text[:32]!r}")
+            continue
+        seen.add(text)
+        items.append((f"{path}[{i}]", text))
+    return items
+
+
 def _backend_refs(
-    f: Fields, value: Any, path: str, *, required: bool = False, filters: bool = True
+    f: Fields, value: Any, path: str, *, required: bool = False, filters: tuple[str, ...] = HTTP_FILTERS
 ) -> list[tuple[str, dict[str, Any]]]:
+    """The backendRefs of a rule; ``filters`` the filter types a backendRef may carry (none: no ``filters``)."""
     refs = f.objects(value, path, required=required, limit=16)
     for ref_path, ref in refs:
         f.string(ref.get("name"), f"{ref_path}.name", required=True)
@@ -222,5 +299,6 @@ def _backend_refs(
             f.error(f"{ref_path}.port", "required for a Service backend")
         f.integer(ref.get("weight"), f"{ref_path}.weight", low=0, high=1_000_000, what="weight")
         if filters:
-            _filters(f, ref.get("filters"), f"{ref_path}.filters", HTTP_FILTERS)
+            single = HTTP_SINGLE_FILTERS if filters == HTTP_FILTERS else ()
+            _filters(f, ref.get("filters"), f"{ref_path}.filters", filters, single=single)
     return refs
