@@ -69,6 +69,24 @@ def test_two_requests_share_one_keep_alive_connection() -> None:
         assert server.next_cycle() and client.next_cycle()
 
 
+@pytest.mark.parametrize(
+    ("status", "given", "line"),
+    [
+        (200, "", b"HTTP/1.1 200 OK\r\n"),  # a local answer
+        (404, "", b"HTTP/1.1 404 Not Found\r\n"),
+        (503, "", b"HTTP/1.1 503 Service Unavailable\r\n"),
+        (200, "Everything Fine", b"HTTP/1.1 200 OK\r\n"),  # an upstream's own phrase gives way, as in Envoy
+        (299, "Custom", b"HTTP/1.1 299 Custom\r\n"),  # a code without a standard phrase keeps the one given
+        (299, "", b"HTTP/1.1 299 \r\n"),
+    ],
+)
+def test_the_status_line_carries_the_standard_reason_phrase(status: int, given: str, line: bytes) -> None:
+    server = ServerSide()
+    server.receive_data(b"GET / HTTP/1.1\r\nhost: svc\r\n\r\n")
+    drain(server)
+    assert server.send_response(status, [("content-length", "0")], given).startswith(line)
+
+
 def test_connection_close_ends_keep_alive() -> None:
     server = ServerSide()
     head = RequestHead("GET", "/", "svc", (("connection", "close"),))

@@ -35,11 +35,15 @@ Rules:
 5. An upgrade (``Upgrade`` request answered 101) ends HTTP on both connections: :meth:`ServerSide.switched` and
    :meth:`ClientSide.switched` return the bytes that arrived after the head, and the shell relays raw bytes. An
    upgrade request answered otherwise leaves the connection in HTTP/1.1.
+6. A response's status line carries the standard reason phrase of its code (``200 OK``, ``404 Not Found``), as
+   Envoy's HTTP/1 codec writes it whatever the upstream said; only a code without one keeps the phrase given
+   (an upstream's own, or none).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from http import HTTPStatus
 
 from ambit.waypoint.decisions import RequestHead
 from ambit.waypoint.errors import HttpProtocolError
@@ -85,7 +89,9 @@ MAX_HEAD_BYTES = 64 * 1024
 _FRAMING = frozenset(("content-length", "transfer-encoding"))
 _HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "te", "trailer", "upgrade", "expect"})
 _NO_BODY_STATUSES = frozenset((204, 304))
-_CONTINUE = b"HTTP/1.1 100 \r\n\r\n"
+_PHRASES = {status.value: status.phrase for status in HTTPStatus}
+"""Rule 6: the reason phrase of each standard code."""
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
 def forwardable(headers: Headers, *, upgrade: bool = False) -> list[tuple[str, str]]:
@@ -264,7 +270,7 @@ class ServerSide:
             if not keep and "close" not in tokens:
                 fields = [(n, v) for n, v in fields if n != "connection"]
                 fields.append(("connection", ", ".join(sorted((tokens - {"keep-alive"}) | {"close"}))))
-            data = response_head(status, reason, fields)
+            data = response_head(status, _PHRASES.get(status, reason), fields)
         except FramingError as exc:
             raise _cannot_send(exc) from None
         self._body, self._keep, self._waiting_100 = writer, keep, False
@@ -276,7 +282,7 @@ class ServerSide:
         if status == 101 and not self._upgrade_proposed:
             raise _cannot_send("101 to a request that asked for no upgrade")
         try:
-            data = response_head(status, "", headers)
+            data = response_head(status, _PHRASES.get(status, ""), headers)
         except FramingError as exc:
             raise _cannot_send(exc) from None
         self._waiting_100 = False
