@@ -56,6 +56,7 @@ from typing import Any
 
 from ambit.controlplane.gateway.apply import Create, Leave, Patch, Refuse, plan_apply
 from ambit.controlplane.gateway.ingress_status import (
+    gateway_ports,
     ingress_addresses,
     ingress_attached_routes,
     ingress_status,
@@ -91,6 +92,16 @@ from ambit.controlplane.gateway.render import (
     service_hostname,
 )
 from ambit.controlplane.gateway.revision import is_ours
+from ambit.controlplane.gateway.static_addresses import (
+    NO_SERVICES,
+    SERVICE_NAME_LABEL,
+    Bound,
+    ServiceLookup,
+    is_managed,
+    requested_services,
+    resolve,
+    service_key,
+)
 from ambit.controlplane.gateway.status import (
     Deployed,
     attached_routes,
@@ -103,7 +114,7 @@ from ambit.controlplane.translate.listener_sets import LISTENER_SET_KINDS, Merge
 from ambit.controlplane.translate.listeners import backend_client_certificate, frontend_config_maps
 from ambit.controlplane.translate.reference_grants import ReferenceGrants
 from ambit.controlplane.translate.waypoints import WAYPOINT_CLASS
-from ambit.controlplane.view import CREDENTIAL_SECRETS
+from ambit.controlplane.view import CREDENTIAL_SECRETS, EventHandlers
 from ambit.errors import AmbitError
 from ambit.k8s import (
     Informer,
@@ -212,8 +223,21 @@ def _ready(deployment: Mapping[str, Any] | None) -> bool:
 class GatewayController:
     """Deploys waypoints for Gateways; ``start`` then ``aclose``."""
 
-    def __init__(self, client: KubeClient, settings: GatewayControllerSettings, *, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        settings: GatewayControllerSettings,
+        *,
+        clock: Callable[[], float],
+        services: ServiceLookup = NO_SERVICES,
+    ) -> None:
         self.client = client
+        self.services = services
+        """Every Service and EndpointSlice (the cluster view's caches): those a manual deployment names."""
+        self._backing: frozenset[tuple[str, str]] = frozenset()
+        """(namespace, name) of the Services the manual deployments named at the last pass: their changes, and
+        their EndpointSlices', wake the controller (:meth:`backing_event_handlers`)."""
+        self._naming: set[tuple[str, str]] = set()
         self.settings = settings
         self._clock = clock
         self._dirty = asyncio.Event()
@@ -251,6 +275,31 @@ class GatewayController:
 
     def _updated(self, old: Obj, new: Obj) -> None:
         self._dirty.set()
+
+    def backing_event_handlers(self, kind: kinds.ResourceKind) -> EventHandlers | None:
+        """Handlers for the cluster view's informers (:meth:`~ambit.controlplane.view.ClusterView.add_event_handlers`):
+        a change to a Service a manual deployment names, or to one of its EndpointSlices, marks the controller
+        dirty; other Services' churn does not."""
+        if kind is kinds.SERVICES:
+            label = None
+        elif kind is kinds.ENDPOINT_SLICES:
+            label = SERVICE_NAME_LABEL
+        else:
+            return None
+
+        def changed(obj: Obj) -> None:
+            meta = obj.get("metadata")
+            if not isinstance(meta, Mapping):
+                return
+            labels = meta.get("labels")
+            name = meta.get("name") if label is None else labels.get(label) if isinstance(labels, Mapping) else None
+            if (str(meta.get("namespace") or ""), str(name or "")) in self._backing:
+                self._dirty.set()
+
+        def updated(old: Obj, new: Obj) -> None:
+            changed(new)
+
+        return changed, updated, changed
 
     def _config_map_changed(self, obj: Obj) -> None:
         """Only the ConfigMaps that may overlay a Gateway matter: the control plane writes others (the root
@@ -401,6 +450,7 @@ class GatewayController:
         in_system = [cm for cm in self._items(kinds.CONFIG_MAPS) if _field(cm, "metadata", "namespace") == system]
         self._class_defaults = {name: class_defaults(in_system, name) for name in (WAYPOINT_CLASS, INGRESS_CLASS)}
         self._find_injection()
+        self._naming = set()
         for gateway in self._items(kinds.GATEWAYS):
             if _field(gateway, "spec", "gatewayClassName") not in (WAYPOINT_CLASS, INGRESS_CLASS):
                 continue
@@ -415,6 +465,7 @@ class GatewayController:
             except Exception:  # a bug must not stop the other Gateways, nor the controller
                 log.exception("reconciling Gateway %s/%s failed", *_key(kinds.GATEWAYS, gateway)[1:])
                 ok = False
+        self._backing = frozenset(self._naming)
         return ok
 
     async def _reconcile_gateway(self, gateway: Obj, routes: list[Obj], now: str) -> bool:
@@ -432,7 +483,12 @@ class GatewayController:
             namespace_labels=namespace_labels,
         )
         admitted = [item for verdict in merged.sets if verdict.refusal is None for item in verdict.raw.values()]
-        found = await self._deploy(gateway, admitted)
+        bound = self._bound(gateway, merged) if is_ingress(gateway) and not is_managed(gateway) else None
+        if bound is not None:
+            # static_addresses rule 1: the proxies behind the named Services are the gateway; nothing is deployed
+            found: Deployed | None = Deployed(invalid_parameters=self._invalid_parameters(gateway))
+        else:
+            found = await self._deploy(gateway, admitted)
         if found is None:
             return False
         namespace = str(gateway["metadata"]["namespace"])
@@ -455,6 +511,7 @@ class GatewayController:
                 attached=ingress_attached_routes(gateway, by_kind, namespace_labels=namespace_labels),
                 listener_sets=merged.sets,
                 resolved=backend_client_certificate(gateway, self.find_secret, grants),
+                bound=bound,
             )
         else:
             attached = attached_routes(gateway, routes)
@@ -463,6 +520,15 @@ class GatewayController:
         return (
             await self._write_listener_set_status(merged, found, host, addresses, by_kind, namespace_labels, now) and ok
         )
+
+    def _bound(self, gateway: Obj, merged: MergedGateway) -> Bound:
+        """A manual deployment's Services (:mod:`.static_addresses`), noted for :meth:`backing_event_handlers`."""
+        domain = self.settings.template.domain
+        namespace = str(gateway["metadata"]["namespace"])
+        requested = requested_services(gateway, domain)
+        self._naming.update(key for host in requested.services if (key := service_key(host, domain)) is not None)
+        ports = gateway_ports(merged.judged, merged.sets)
+        return Bound(requested, resolve(namespace, requested.services, ports, self.services, domain))
 
     def _listener_sets(self) -> list[tuple[tuple[str, str], Obj]]:
         """Every ListenerSet, of both names, with its (group, kind)."""
@@ -582,17 +648,27 @@ class GatewayController:
         defaults = self._class_defaults.get(str(_field(gateway, "spec", "gatewayClassName")))
         if defaults is not None:
             overlays.append(Overlay.of(defaults))
-        ref = parameters_ref(gateway)
-        if isinstance(ref, InvalidParameters):
-            return ref
-        if ref is not None:
-            if kinds.CONFIG_MAPS.plural in self.absent:
-                return InvalidParameters(f"parametersRef ConfigMap {ref[0]}/{ref[1]} cannot be read")
-            config_map = self.find(kinds.CONFIG_MAPS, *ref)
-            if config_map is None:
-                return missing_parameters(*ref)
-            overlays.append(Overlay.of(config_map))
+        parameters = self._parameters(gateway)
+        if isinstance(parameters, InvalidParameters):
+            return parameters
+        if parameters is not None:
+            overlays.append(parameters)
         return overlays
+
+    def _parameters(self, gateway: Obj) -> Overlay | InvalidParameters | None:
+        """The overlay the Gateway's ``parametersRef`` names (:mod:`.overlay` rule 1), or why it cannot be used."""
+        ref = parameters_ref(gateway)
+        if ref is None or isinstance(ref, InvalidParameters):
+            return ref
+        if kinds.CONFIG_MAPS.plural in self.absent:
+            return InvalidParameters(f"parametersRef ConfigMap {ref[0]}/{ref[1]} cannot be read")
+        config_map = self.find(kinds.CONFIG_MAPS, *ref)
+        return missing_parameters(*ref) if config_map is None else Overlay.of(config_map)
+
+    def _invalid_parameters(self, gateway: Obj) -> str | None:
+        """Why the ``parametersRef`` cannot be used, if it cannot: istiod checks it for a manual deployment too."""
+        parameters = self._parameters(gateway)
+        return parameters.message if isinstance(parameters, InvalidParameters) else None
 
     async def _apply(self, kind: kinds.ResourceKind, namespace: str, want: Obj) -> str | _Retry | None:
         """Create or patch one object; None on success, :data:`_RETRY` after a lost race, else the problem for

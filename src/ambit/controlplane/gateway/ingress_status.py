@@ -51,6 +51,12 @@ Rules:
 8. The Gateway's ``ResolvedRefs`` (:mod:`ambit.controlplane.translate.listeners` rule 6) follows
    ``Programmed``; ``attachedListenerSets`` counts its valid ListenerSets (absent at zero), and rule 2's ports
    include the programmed listeners of those ListenerSets, as istiod's servers do.
+9. A manual deployment (a Gateway whose ``spec.addresses`` name the Services of its proxies, nothing deployed:
+   :mod:`.static_addresses`): ``Accepted`` is False/``UnsupportedAddress`` when an address of a type other than
+   ``Hostname`` was ignored (before rule 1's other reasons), ``Programmed`` and ``status.addresses`` are judged
+   from the named Services (:mod:`.static_addresses` rules 3-5) instead of rules 2 and 3, over the ports of rule
+   8. With no ``Hostname`` address at all, only the conditions are written: the listeners, addresses and
+   ``attachedListenerSets`` are left as they are (istiod returns before judging them).
 """
 
 from __future__ import annotations
@@ -58,12 +64,19 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ambit.controlplane.gateway.static_addresses import (
+    Bound,
+    bound_programmed,
+    load_balancer_addresses,
+    reported_addresses,
+)
 from ambit.controlplane.gateway.status import (
     GATEWAY_GROUP,
     MESSAGE_MAX,
     Deployed,
     attached_routes,
     condition,
+    dig,
     invalid_parameters,
     listeners_of,
 )
@@ -73,6 +86,7 @@ from ambit.controlplane.translate.listeners import INSECURE_FALLBACK, JudgedList
 from ambit.controlplane.translate.route_kinds import INGRESS_ROUTE_KINDS, INVALID_ROUTE_KINDS, supported_kinds
 
 __all__ = [
+    "gateway_ports",
     "ingress_addresses",
     "ingress_attached_routes",
     "ingress_status",
@@ -81,22 +95,6 @@ __all__ = [
     "listener_status",
     "load_balancer_addresses",
 ]
-
-
-def load_balancer_addresses(service: Mapping[str, Any] | None) -> tuple[dict[str, str], ...]:
-    """Rule 3: the Gateway addresses a Service's ``status.loadBalancer.ingress`` gives."""
-    status = (service or {}).get("status")
-    lb = status.get("loadBalancer") if isinstance(status, Mapping) else None
-    ingress = lb.get("ingress") if isinstance(lb, Mapping) else None
-    out: list[dict[str, str]] = []
-    for item in ingress if isinstance(ingress, list) else ():
-        if not isinstance(item, Mapping):
-            continue
-        if isinstance(item.get("ip"), str) and item["ip"]:
-            out.append({"type": "IPAddress", "value": item["ip"]})
-        elif isinstance(item.get("hostname"), str) and item["hostname"]:
-            out.append({"type": "Hostname", "value": item["hostname"]})
-    return tuple(out)
 
 
 def ingress_addresses(service: Mapping[str, Any] | None, host: str) -> tuple[dict[str, str], ...]:
@@ -171,6 +169,12 @@ def insecure_frontend(gateway: Mapping[str, Any]) -> bool:
     )
 
 
+def gateway_ports(listeners: Sequence[JudgedListener], listener_sets: Sequence[ListenerSetVerdict] = ()) -> list[int]:
+    """Rule 8: the ports the Gateway serves on, its own listeners' first, each once."""
+    from_sets = [item.port for verdict in listener_sets if verdict.valid for item in verdict.judged if item.ready]
+    return list(dict.fromkeys([*(item.port for item in listeners if item.port), *from_sets]))
+
+
 def ingress_status(
     gateway: Mapping[str, Any],
     found: Deployed,
@@ -181,12 +185,17 @@ def ingress_status(
     attached: Mapping[str, int] | None = None,
     listener_sets: Sequence[ListenerSetVerdict] = (),
     resolved: tuple[bool, str, str] = (True, "ResolvedRefs", "All references resolved"),
+    bound: Bound | None = None,
 ) -> dict[str, Any]:
-    """The wanted ``status`` (rules 1-8); ``host`` is the Service's hostname, ``resolved`` the Gateway's own
-    ``ResolvedRefs`` (:func:`~ambit.controlplane.translate.listeners.backend_client_certificate`)."""
+    """The wanted ``status`` (rules 1-9); ``host`` is the Service's hostname, ``resolved`` the Gateway's own
+    ``ResolvedRefs`` (:func:`~ambit.controlplane.translate.listeners.backend_client_certificate`), ``bound`` a
+    manual deployment's Services (rule 9)."""
     generation = (gateway.get("metadata") or {}).get("generation")
     valid = sum(1 for item in listeners if item.ready)  # istiod counts the listeners it programmed
-    if found.invalid_parameters is not None:
+    unsupported = bound.requested.unsupported if bound is not None else None
+    if unsupported is not None:
+        accepted = condition("Accepted", False, "UnsupportedAddress", unsupported[:MESSAGE_MAX], generation)
+    elif found.invalid_parameters is not None:
         accepted = invalid_parameters(found.invalid_parameters, generation)
     elif listeners and valid == 0:
         accepted = condition(
@@ -198,19 +207,25 @@ def ingress_status(
     else:
         accepted = condition("Accepted", True, "Accepted", "Resource accepted", generation)
     valid_sets = [verdict for verdict in listener_sets if verdict.valid]
-    from_sets = (item.port for verdict in valid_sets for item in verdict.judged if item.ready)
-    ports = ",".join(str(p) for p in dict.fromkeys([*(item.port for item in listeners if item.port), *from_sets]))
-    programmed = _programmed(found, host, ports, addresses, generation)
-    status: dict[str, Any] = {
-        "conditions": [accepted, programmed, condition("ResolvedRefs", *resolved, generation)],
-        "attachedListenerSets": len(valid_sets) or None,
-    }
+    ports = ",".join(str(p) for p in gateway_ports(listeners, listener_sets))
+    if bound is not None:
+        programmed = bound_programmed(bound, generation)
+    else:
+        programmed = _programmed(found, host, ports, addresses, generation)
+    status: dict[str, Any] = {"conditions": [accepted, programmed, condition("ResolvedRefs", *resolved, generation)]}
     if insecure_frontend(gateway):
         message = "Gateway is operating in AllowInsecureFallback mode for frontend validation"
         status["conditions"].append(condition(INSECURE_FRONTEND, True, "ConfigurationChanged", message, generation))
     else:
         status["retired"] = [INSECURE_FRONTEND]
-    status["addresses"] = [dict(a) for a in addresses] if found.problem is None and addresses else None
+    if bound is not None and not bound.requested.services:
+        return status  # rule 9: istiod stops here, leaving the listeners and addresses as they are
+    status["attachedListenerSets"] = len(valid_sets) or None
+    if bound is not None:
+        current = dig(gateway, "status", "addresses")
+        status["addresses"] = reported_addresses(gateway, bound.resolution) or current
+    else:
+        status["addresses"] = [dict(a) for a in addresses] if found.problem is None and addresses else None
     raw = {str(item.get("name")): item for item in listeners_of(gateway)}
     status["listeners"] = [
         listener_status(item, raw.get(item.name, {}), generation, (attached or {}).get(item.name, 0))
