@@ -13,6 +13,8 @@ them and worded as istiod words them, with manifests of our own.
   (short name or fully qualified), a hostname that is no Service, a listener port that is the workload's port
   (with istiod's hint), a port no endpoint serves, a Service without endpoints, a load balancer whose address is
   pending or given, a single address of an unknown type (nothing left: only the conditions are written).
+- A managed Gateway with one IPAddress asks its LoadBalancer Service for it (``loadBalancerIP``), as istiod's
+  template does; before, the address was not rendered.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ambit.controlplane.gateway.ingress_status import gateway_ports, ingress_attached_routes, ingress_status
+from ambit.controlplane.gateway.render import Rendered, WaypointTemplateSettings, render_waypoint
 from ambit.controlplane.gateway.static_addresses import (
     Bound,
     english_join,
@@ -366,3 +369,24 @@ def test_any_addresses_give_a_status_never_a_traceback(addresses: list[Any]) -> 
     resolution = resolve(INFRA, requested.services, [8080], CONFORMANCE, DOMAIN)
     out = ingress_status(gw, Deployed(), [], host="h", addresses=(), bound=Bound(requested, resolution))
     assert {c["type"] for c in out["conditions"]} >= {"Accepted", "Programmed", "ResolvedRefs"}
+
+
+# -- a managed Gateway's static IP ----------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("addresses", "annotations", "ip"),
+    [
+        (({"type": "IPAddress", "value": "198.18.254.9"},), {}, "198.18.254.9"),
+        (({"value": "198.18.254.9"},), {}, "198.18.254.9"),
+        (({"type": "IPAddress", "value": "198.18.254.9"},), {"networking.istio.io/service-type": "ClusterIP"}, None),
+        (({"type": "IPAddress"},), {}, None),
+        ((), {}, None),
+    ],
+)
+def test_one_ip_address_is_the_load_balancer_s_ip(
+    addresses: tuple[Mapping[str, str], ...], annotations: Mapping[str, str], ip: str | None
+) -> None:
+    gw = gateway(*addresses, annotations=annotations)
+    assert is_managed(gw)
+    out = render_waypoint(gw, WaypointTemplateSettings())
+    assert isinstance(out, Rendered)
+    assert out.service["spec"].get("loadBalancerIP") == ip
