@@ -13,6 +13,9 @@ them and worded as istiod words them, with manifests of our own.
   (short name or fully qualified), a hostname that is no Service, a listener port that is the workload's port
   (with istiod's hint), a port no endpoint serves, a Service without endpoints, a load balancer whose address is
   pending or given, a single address of an unknown type (nothing left: only the conditions are written).
+- istiod's listenerset-invalid golden: a ListenerSet of a manual deployment is Programmed from the parent's
+  Services on its own port (12345: not found); one whose parent has no Hostname address is not accepted ("Parent
+  not accepted: ..."). Before, both were judged by the parent's own deployed Service.
 - A managed Gateway with one IPAddress asks its LoadBalancer Service for it (``loadBalancerIP``), as istiod's
   template does; before, the address was not rendered.
 """
@@ -26,16 +29,23 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ambit.controlplane.gateway.ingress_status import gateway_ports, ingress_attached_routes, ingress_status
+from ambit.controlplane.gateway.ingress_status import (
+    gateway_ports,
+    ingress_attached_routes,
+    ingress_status,
+    listener_set_status,
+)
 from ambit.controlplane.gateway.render import Rendered, WaypointTemplateSettings, render_waypoint
 from ambit.controlplane.gateway.static_addresses import (
     Bound,
+    bind,
     english_join,
     is_managed,
     requested_services,
     resolve,
 )
 from ambit.controlplane.gateway.status import Deployed, plan_status
+from ambit.controlplane.translate.listener_sets import LISTENER_SET_KINDS, merge_listener_sets
 from ambit.controlplane.translate.listeners import judge_listeners
 from ambit.controlplane.translate.reference_grants import ReferenceGrants
 
@@ -390,3 +400,52 @@ def test_one_ip_address_is_the_load_balancer_s_ip(
     out = render_waypoint(gw, WaypointTemplateSettings())
     assert isinstance(out, Rendered)
     assert out.service["spec"].get("loadBalancerIP") == ip
+
+
+# -- ListenerSets of a manual deployment (istiod's listenerset-invalid golden) --------------------------------
+def listener_set(name: str, parent: str, port: int) -> tuple[tuple[str, str], dict[str, Any]]:
+    ref = {"name": parent, "kind": "Gateway", "group": "gateway.networking.k8s.io"}
+    listener = {"name": "first", "hostname": "first.foo.com", "protocol": "HTTP", "port": port}
+    meta = {"name": name, "namespace": SYSTEM, "generation": 1}
+    return LISTENER_SET_KINDS[0], {"metadata": meta, "spec": {"parentRef": ref, "listeners": [listener]}}
+
+
+def set_status(parent: dict[str, Any], port: int) -> dict[str, Any]:
+    parent["spec"]["allowedListeners"] = {"namespaces": {"from": "All"}}
+    merged = merge_listener_sets(
+        parent,
+        [listener_set("set", parent["metadata"]["name"], port)],
+        find_secret=lambda ns, name: None,
+        grants=ReferenceGrants.build([]),
+        namespace_labels={SYSTEM: {}},
+    )
+    (verdict,) = merged.sets
+    ports = [item.port for item in verdict.judged if item.ready]
+    bound = bind(requested_services(parent, DOMAIN), ports, GOLDEN, DOMAIN)
+    return listener_set_status(verdict, Deployed(), host="h", addresses=(), bound=bound)
+
+
+def test_golden_a_listener_set_port_the_parent_s_service_lacks_is_not_usable() -> None:
+    parent = gateway(SHORT, name="parent-gateway", namespace=SYSTEM, listeners=[listener(80, name="foo")])
+    out = set_status(parent, 12345)
+    assert cond(out, "Accepted") == ("True", "Accepted", "Resource accepted")
+    assert cond(out, "Programmed") == (
+        "False",
+        "AddressNotUsable",
+        f'Failed to assign to any requested addresses: port 12345 not found for hostname "{INGRESS_HOST}"',
+    )
+    (item,) = out["listeners"]
+    assert item["name"] == "first"
+
+
+def test_golden_a_listener_set_of_a_parent_with_no_usable_address_type_is_not_accepted() -> None:
+    custom = {"type": "test.example.com/custom", "value": "0.0.0.0"}
+    parent = gateway(custom, name="not-accepted-parent", namespace=SYSTEM, listeners=[listener(80, name="foo")])
+    out = set_status(parent, 80)
+    assert cond(out, "Accepted") == (
+        "False",
+        "UnsupportedAddress",
+        "Parent not accepted: only Hostname is supported, ignoring [0.0.0.0]",
+    )
+    assert cond(out, "Programmed") == ("False", "UnsupportedAddress", "Failed to assign to any requested addresses")
+    assert "listeners" not in out

@@ -97,9 +97,9 @@ from ambit.controlplane.gateway.static_addresses import (
     SERVICE_NAME_LABEL,
     Bound,
     ServiceLookup,
+    bind,
     is_managed,
     requested_services,
-    resolve,
     service_key,
 )
 from ambit.controlplane.gateway.status import (
@@ -518,17 +518,19 @@ class GatewayController:
             wanted = gateway_status(gateway, found, domain=self.settings.template.domain, attached=attached)
         ok = await self._write_status(kinds.GATEWAYS, gateway, wanted, now)
         return (
-            await self._write_listener_set_status(merged, found, host, addresses, by_kind, namespace_labels, now) and ok
+            await self._write_listener_set_status(
+                merged, found, host, addresses, by_kind, namespace_labels, now, bound=bound
+            )
+            and ok
         )
 
     def _bound(self, gateway: Obj, merged: MergedGateway) -> Bound:
         """A manual deployment's Services (:mod:`.static_addresses`), noted for :meth:`backing_event_handlers`."""
         domain = self.settings.template.domain
-        namespace = str(gateway["metadata"]["namespace"])
         requested = requested_services(gateway, domain)
         self._naming.update(key for host in requested.services if (key := service_key(host, domain)) is not None)
         ports = gateway_ports(merged.judged, merged.sets)
-        return Bound(requested, resolve(namespace, requested.services, ports, self.services, domain))
+        return bind(requested, ports, self.services, domain)
 
     def _listener_sets(self) -> list[tuple[tuple[str, str], Obj]]:
         """Every ListenerSet, of both names, with its (group, kind)."""
@@ -548,10 +550,17 @@ class GatewayController:
         by_kind: Mapping[str, Sequence[Obj]],
         namespace_labels: Mapping[str, Mapping[str, str]],
         now: str,
+        *,
+        bound: Bound | None = None,
     ) -> bool:
-        """The status of each ListenerSet naming the Gateway (:mod:`.ingress_status` rule 7)."""
+        """The status of each ListenerSet naming the Gateway (:mod:`.ingress_status` rules 7 and 10)."""
         ok = True
+        domain = self.settings.template.domain
         for verdict in merged.sets:
+            set_bound = None
+            if bound is not None:
+                ports = dict.fromkeys(item.port for item in verdict.judged if item.ready)
+                set_bound = bind(bound.requested, ports, self.services, domain)
             kind = kinds.LISTENER_SETS if verdict.origin == LISTENER_SET_KINDS[0] else kinds.X_LISTENER_SETS
             attached = ingress_attached_routes(
                 verdict.obj,
@@ -560,7 +569,9 @@ class GatewayController:
                 listeners=list(verdict.raw.values()),
                 namespace_labels=namespace_labels,
             )
-            wanted = listener_set_status(verdict, found, host=host, addresses=addresses, attached=attached)
+            wanted = listener_set_status(
+                verdict, found, host=host, addresses=addresses, attached=attached, bound=set_bound
+            )
             ok &= await self._write_status(kind, dict(verdict.obj), wanted, now)
         return ok
 

@@ -57,6 +57,10 @@ Rules:
    from the named Services (:mod:`.static_addresses` rules 3-5) instead of rules 2 and 3, over the ports of rule
    8. With no ``Hostname`` address at all, only the conditions are written: the listeners, addresses and
    ``attachedListenerSets`` are left as they are (istiod returns before judging them).
+10. A ListenerSet of a manual deployment: ``Accepted`` False/``UnsupportedAddress`` "Parent not accepted: <the
+    parent's message>" when the parent ignored an address, else as rule 7; ``Programmed`` from the parent's
+    Services on the ListenerSet's programmed ports (rule 9), ``ListenersNotValid`` taking precedence; with no
+    ``Hostname`` address at all, only those two conditions are written.
 """
 
 from __future__ import annotations
@@ -263,8 +267,10 @@ def listener_set_status(
     host: str,
     addresses: Sequence[Mapping[str, str]],
     attached: Mapping[str, int] | None = None,
+    bound: Bound | None = None,
 ) -> dict[str, Any]:
-    """Rule 7: the wanted ``status`` of a ListenerSet whose parent is one of our Gateways."""
+    """Rules 7 and 10: the wanted ``status`` of a ListenerSet whose parent is one of our Gateways; ``bound`` is the
+    parent's Services when it is a manual deployment, resolved on the ListenerSet's own ports."""
     generation = (verdict.obj.get("metadata") or {}).get("generation")
     if verdict.refusal is not None:
         reason, message = verdict.refusal
@@ -273,14 +279,24 @@ def listener_set_status(
             condition("Programmed", False, reason, message, generation),
         ]
         return {"conditions": conditions, "listeners": [], "addressless": True}
-    if verdict.valid:
+    unsupported = bound.requested.unsupported if bound is not None else None
+    invalid = "None of the ListenerSet's listeners are valid"
+    if unsupported is not None:
+        message = f"Parent not accepted: {unsupported}"[:MESSAGE_MAX]
+        accepted = condition("Accepted", False, "UnsupportedAddress", message, generation)
+    elif verdict.valid:
         accepted = condition("Accepted", True, "Accepted", "Resource accepted", generation)
+    else:
+        accepted = condition("Accepted", False, "ListenersNotValid", invalid, generation)
+    if not verdict.valid and (bound is None or bound.requested.services):
+        programmed = condition("Programmed", False, "ListenersNotValid", invalid, generation)
+    elif bound is not None:
+        programmed = bound_programmed(bound, generation)
+        if not bound.requested.services:  # rule 10: istiod stops before judging the listeners
+            return {"conditions": [accepted, programmed], "addressless": True}
+    else:
         ports = ",".join(str(p) for p in dict.fromkeys(item.port for item in verdict.judged if item.ready))
         programmed = _programmed(found, host, ports, addresses, generation)
-    else:
-        message = "None of the ListenerSet's listeners are valid"
-        accepted = condition("Accepted", False, "ListenersNotValid", message, generation)
-        programmed = condition("Programmed", False, "ListenersNotValid", message, generation)
     listeners = [
         listener_status(item, verdict.raw.get(item.name, {}), generation, (attached or {}).get(item.name, 0))
         for item in verdict.judged

@@ -61,6 +61,7 @@ __all__ = [
     "Requested",
     "Resolution",
     "ServiceLookup",
+    "bind",
     "bound_programmed",
     "english_join",
     "is_managed",
@@ -121,6 +122,8 @@ class Requested:
 
     services: tuple[str, ...]
     ignored: tuple[str, ...] = ()
+    namespace: str = ""
+    """The Gateway's: where its Services are looked for."""
 
     @property
     def unsupported(self) -> str | None:
@@ -142,7 +145,7 @@ def requested_services(gateway: Obj, domain: str) -> Requested:
             services.append(value)
         else:
             services.append(f"{value}.{namespace}.svc.{domain}")
-    return Requested(tuple(services), tuple(ignored))
+    return Requested(tuple(services), tuple(ignored), namespace)
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,6 +307,11 @@ def resolve(
         warnings=tuple(sorted(warnings)),
         all_usable=not unusable,
     )
+
+
+def bind(requested: Requested, ports: Iterable[int], lookup: ServiceLookup, domain: str) -> Bound:
+    """``requested`` resolved (rule 3) on ``ports``."""
+    return Bound(requested, resolve(requested.namespace, requested.services, ports, lookup, domain))
 
 
 def english_join(items: Sequence[str]) -> str:
