@@ -379,6 +379,14 @@ def test_any_addresses_give_a_status_never_a_traceback(addresses: list[Any]) -> 
     resolution = resolve(INFRA, requested.services, [8080], CONFORMANCE, DOMAIN)
     out = ingress_status(gw, Deployed(), [], host="h", addresses=(), bound=Bound(requested, resolution))
     assert {c["type"] for c in out["conditions"]} >= {"Accepted", "Programmed", "ResolvedRefs"}
+    assert all(len(c["message"]) <= 1024 for c in out["conditions"])
+
+
+def test_a_gateway_naming_many_missing_services_gets_a_bounded_message() -> None:
+    many = [{"type": "Hostname", "value": f"missing-{i:02d}-{'x' * 40}"} for i in range(16)]
+    out = wanted(gateway(*many))
+    assert cond(out, "Programmed")[:2] == ("False", "AddressNotUsable")
+    assert len(cond(out, "Programmed")[2]) == 1024
 
 
 # -- a managed Gateway's static IP ----------------------------------------------------------------------------

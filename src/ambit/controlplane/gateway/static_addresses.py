@@ -36,7 +36,8 @@ Rules:
    'Assigned to service(s) <internal>, but failed to assign to all requested addresses: <warnings joined by
    "; ">' (or 'Failed to assign to any requested addresses: <warnings>' without internal addresses), reason
    ``AddressNotUsable`` when some hostname or port is unusable, else ``AddressNotAssigned``. Internal addresses
-   are joined as English lists ("a and b", "a, b, and c").
+   are joined as English lists ("a and b", "a, b, and c"). Messages are cut to ``MESSAGE_MAX`` characters (a
+   Gateway may name many Services).
 5. ``status.addresses``: the external addresses; without any, those of the class's address type, ``Hostname``
    for class ``istio`` (the hostnames of the internal addresses whose address is not pending) unless the
    Gateway's ``networking.istio.io/address-type`` annotation asks for ``IPAddress`` (the Services' cluster IPs)
@@ -51,7 +52,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ambit.controlplane.gateway.status import condition
+from ambit.controlplane.gateway.status import MESSAGE_MAX, condition
 
 __all__ = [
     "ADDRESS_TYPE_ANNOTATION",
@@ -337,9 +338,9 @@ def bound_programmed(bound: Bound, generation: Any) -> dict[str, Any]:
             else f"Failed to assign to any requested addresses: {problems}"
         )
         reason = "AddressNotAssigned" if resolution.all_usable else "AddressNotUsable"
-        return condition("Programmed", False, reason, message, generation)
+        return condition("Programmed", False, reason, message[:MESSAGE_MAX], generation)
     message = f"Resource programmed, assigned to service(s) {internal}" if internal else "Resource programmed"
-    return condition("Programmed", True, "Programmed", message, generation)
+    return condition("Programmed", True, "Programmed", message[:MESSAGE_MAX], generation)
 
 
 def _typed(value: str) -> dict[str, str]:
