@@ -33,6 +33,7 @@ from ambit.controlplane.gateway.ingress_status import (
     gateway_ports,
     ingress_attached_routes,
     ingress_status,
+    listener_set_server_ports,
     listener_set_status,
 )
 from ambit.controlplane.gateway.render import Rendered, WaypointTemplateSettings, render_waypoint
@@ -411,25 +412,24 @@ def test_one_ip_address_is_the_load_balancer_s_ip(
 
 
 # -- ListenerSets of a manual deployment (istiod's listenerset-invalid golden) --------------------------------
-def listener_set(name: str, parent: str, port: int) -> tuple[tuple[str, str], dict[str, Any]]:
+def listener_set(name: str, parent: str, port: int, *extra: dict[str, Any]) -> tuple[tuple[str, str], dict[str, Any]]:
     ref = {"name": parent, "kind": "Gateway", "group": "gateway.networking.k8s.io"}
     listener = {"name": "first", "hostname": "first.foo.com", "protocol": "HTTP", "port": port}
     meta = {"name": name, "namespace": SYSTEM, "generation": 1}
-    return LISTENER_SET_KINDS[0], {"metadata": meta, "spec": {"parentRef": ref, "listeners": [listener]}}
+    return LISTENER_SET_KINDS[0], {"metadata": meta, "spec": {"parentRef": ref, "listeners": [listener, *extra]}}
 
 
-def set_status(parent: dict[str, Any], port: int) -> dict[str, Any]:
+def set_status(parent: dict[str, Any], port: int, *extra: dict[str, Any]) -> dict[str, Any]:
     parent["spec"]["allowedListeners"] = {"namespaces": {"from": "All"}}
     merged = merge_listener_sets(
         parent,
-        [listener_set("set", parent["metadata"]["name"], port)],
+        [listener_set("set", parent["metadata"]["name"], port, *extra)],
         find_secret=lambda ns, name: None,
         grants=ReferenceGrants.build([]),
         namespace_labels={SYSTEM: {}},
     )
     (verdict,) = merged.sets
-    ports = [item.port for item in verdict.judged if item.ready]
-    bound = bind(requested_services(parent, DOMAIN), ports, GOLDEN, DOMAIN)
+    bound = bind(requested_services(parent, DOMAIN), listener_set_server_ports(verdict), GOLDEN, DOMAIN)
     return listener_set_status(verdict, Deployed(), host="h", addresses=(), bound=bound)
 
 
@@ -457,3 +457,20 @@ def test_golden_a_listener_set_of_a_parent_with_no_usable_address_type_is_not_ac
     )
     assert cond(out, "Programmed") == ("False", "UnsupportedAddress", "Failed to assign to any requested addresses")
     assert "listeners" not in out
+
+
+def test_a_listener_set_listener_with_a_missing_certificate_still_counts_its_port() -> None:
+    parent = gateway(SHORT, name="parent-gateway", namespace=SYSTEM, listeners=[listener(80, name="foo")])
+    bad = {
+        "name": "second",
+        "hostname": "second.foo.com",
+        "protocol": "HTTPS",
+        "port": 34001,
+        "tls": {"certificateRefs": [{"name": "missing"}]},
+    }
+    out = set_status(parent, 80, bad)
+    assert cond(out, "Programmed") == (
+        "True",
+        "Programmed",
+        f"Resource programmed, assigned to service(s) {INGRESS_HOST}:34001 and {INGRESS_HOST}:80",
+    )

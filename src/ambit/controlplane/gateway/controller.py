@@ -60,6 +60,7 @@ from ambit.controlplane.gateway.ingress_status import (
     ingress_addresses,
     ingress_attached_routes,
     ingress_status,
+    listener_set_server_ports,
     listener_set_status,
 )
 from ambit.controlplane.gateway.injection import (
@@ -559,8 +560,7 @@ class GatewayController:
         for verdict in merged.sets:
             set_bound = None
             if bound is not None:
-                ports = dict.fromkeys(item.port for item in verdict.judged if item.ready)
-                set_bound = bind(bound.requested, ports, self.services, domain)
+                set_bound = bind(bound.requested, listener_set_server_ports(verdict), self.services, domain)
             kind = kinds.LISTENER_SETS if verdict.origin == LISTENER_SET_KINDS[0] else kinds.X_LISTENER_SETS
             attached = ingress_attached_routes(
                 verdict.obj,

@@ -59,7 +59,9 @@ Rules:
    ``attachedListenerSets`` are left as they are (istiod returns before judging them).
 10. A ListenerSet of a manual deployment: ``Accepted`` False/``UnsupportedAddress`` "Parent not accepted: <the
     parent's message>" when the parent ignored an address, else as rule 7; ``Programmed`` from the parent's
-    Services on the ListenerSet's programmed ports (rule 9), ``ListenersNotValid`` taking precedence; with no
+    Services on the ports of the ListenerSet's listeners that are not conflicted (an unresolved certificate
+    counts, a TLS listener without ``tls`` does not: istiod's servers), ``ListenersNotValid`` taking precedence;
+    with no
     ``Hostname`` address at all, only those two conditions are written.
 """
 
@@ -95,6 +97,7 @@ __all__ = [
     "ingress_attached_routes",
     "ingress_status",
     "insecure_frontend",
+    "listener_set_server_ports",
     "listener_set_status",
     "listener_status",
     "load_balancer_addresses",
@@ -177,6 +180,12 @@ def gateway_ports(listeners: Sequence[JudgedListener], listener_sets: Sequence[L
     """Rule 8: the ports the Gateway serves on, its own listeners' first, each once."""
     from_sets = [item.port for verdict in listener_sets if verdict.valid for item in verdict.judged if item.ready]
     return list(dict.fromkeys([*(item.port for item in listeners if item.port), *from_sets]))
+
+
+def listener_set_server_ports(verdict: ListenerSetVerdict) -> list[int]:
+    """Rule 10: the ports of a ListenerSet's listeners istiod builds a server for (not conflicted, not a TLS listener
+    without ``tls``), each once."""
+    return list(dict.fromkeys(item.port for item in verdict.judged if not item.conflicted[0] and not item.bad_tls))
 
 
 def ingress_status(
