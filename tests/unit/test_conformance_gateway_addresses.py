@@ -8,11 +8,12 @@ them and worded as istiod words them, with manifests of our own.
   spec (transition times move when a condition flips). None of the three is deployed: a Hostname address names
   the proxies of a manual deployment. Before, the addresses were ignored: every step said Accepted True and
   Programmed by the Gateway's own Service.
-- istiod's unit goldens (``pilot/pkg/config/kube/gateway/testdata/invalid.yaml``, ``http.yaml`` and the many that
-  bind to ``istio-ingressgateway``): a Service of the Gateway's namespace with endpoints on the listener's port
-  (short name or fully qualified), a hostname that is no Service, a listener port that is the workload's port
-  (with istiod's hint), a port no endpoint serves, a Service without endpoints, a load balancer whose address is
-  pending or given, a single address of an unknown type (nothing left: only the conditions are written).
+- istiod's unit goldens (``pilot/pkg/config/kube/gateway/testdata/invalid.yaml``, ``multi-gateway.yaml`` without its
+  ServiceEntry host, ``tls-terminate.yaml``, ``http.yaml`` and the many that bind to ``istio-ingressgateway``): a
+  Service of the Gateway's namespace with endpoints on the listener's port (short name or fully qualified), a
+  hostname that is no Service, a listener port that is the workload's port (with istiod's hint), a port no
+  endpoint serves, a Service without endpoints, a load balancer whose address is pending or given, a single
+  address of an unknown type (nothing left: only the conditions are written).
 - istiod's listenerset-invalid golden: a ListenerSet of a manual deployment is Programmed from the parent's
   Services on its own port (12345: not found); one whose parent has no Hostname address is not accepted ("Parent
   not accepted: ..."). Before, both were judged by the parent's own deployed Service.
@@ -473,4 +474,33 @@ def test_a_listener_set_listener_with_a_missing_certificate_still_counts_its_por
         "True",
         "Programmed",
         f"Resource programmed, assigned to service(s) {INGRESS_HOST}:34001 and {INGRESS_HOST}:80",
+    )
+
+
+def test_golden_multi_gateway_lists_every_assigned_port_and_the_missing_namespace_s_hostname() -> None:
+    """istiod's multi-gateway golden, less its ServiceEntry host (``example.com``, not looked up by Ambit)."""
+    elsewhere = {"type": "Hostname", "value": f"istio-ingressgateway.not-default.svc.{DOMAIN}"}
+    listeners = [listener(80, name="http"), {"name": "tcp", "port": 34000, "protocol": "TCP"}]
+    out = wanted(gateway(SHORT, elsewhere, namespace=SYSTEM, listeners=listeners), GOLDEN)
+    assert cond(out, "Programmed") == (
+        "False",
+        "AddressNotUsable",
+        f"Assigned to service(s) {INGRESS_HOST}:34000 and {INGRESS_HOST}:80, but failed to assign to all requested "
+        f'addresses: hostname "{elsewhere["value"]}" not found',
+    )
+    assert out["addresses"] == [{"type": "IPAddress", "value": "1.2.3.4"}]
+
+
+def test_golden_tls_terminate_a_port_the_service_lacks_beside_one_it_has() -> None:
+    tls = {"certificateRefs": [{"name": "my-cert"}]}
+    listeners = [
+        {"name": "https", "port": 443, "protocol": "HTTPS", "hostname": "domain.example", "tls": tls},
+        {"name": "other", "port": 9443, "protocol": "HTTPS", "hostname": "other.example", "tls": tls},
+    ]
+    out = wanted(gateway(SHORT, namespace=SYSTEM, listeners=listeners), GOLDEN)
+    assert cond(out, "Programmed") == (
+        "False",
+        "AddressNotUsable",
+        f"Assigned to service(s) {INGRESS_HOST}:443, but failed to assign to all requested addresses: port 9443 not "
+        f'found for hostname "{INGRESS_HOST}"',
     )
