@@ -42,13 +42,12 @@ from ambit.controlplane.gateway.static_addresses import (
     Bound,
     bind,
     english_join,
-    is_managed,
-    requested_services,
     resolve,
 )
 from ambit.controlplane.gateway.status import Deployed, plan_status
 from ambit.controlplane.translate.listener_sets import LISTENER_SET_KINDS, merge_listener_sets
 from ambit.controlplane.translate.listeners import judge_listeners
+from ambit.controlplane.translate.manual_gateways import is_managed, requested_services
 from ambit.controlplane.translate.reference_grants import ReferenceGrants
 
 INFRA = "gateway-conformance-infra"

@@ -99,9 +99,6 @@ from ambit.controlplane.gateway.static_addresses import (
     Bound,
     ServiceLookup,
     bind,
-    is_managed,
-    requested_services,
-    service_key,
 )
 from ambit.controlplane.gateway.status import (
     Deployed,
@@ -113,6 +110,7 @@ from ambit.controlplane.gateway.status import (
 from ambit.controlplane.status import rfc3339
 from ambit.controlplane.translate.listener_sets import LISTENER_SET_KINDS, MergedGateway, merge_listener_sets
 from ambit.controlplane.translate.listeners import backend_client_certificate, frontend_config_maps
+from ambit.controlplane.translate.manual_gateways import is_managed, requested_services, service_key
 from ambit.controlplane.translate.reference_grants import ReferenceGrants
 from ambit.controlplane.translate.waypoints import WAYPOINT_CLASS
 from ambit.controlplane.view import CREDENTIAL_SECRETS, EventHandlers

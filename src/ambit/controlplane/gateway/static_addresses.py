@@ -10,13 +10,10 @@ condition and ``status.addresses``, with istiod's reasons and messages.
 
 Rules:
 
-1. Managed (deployed by the controller): no addresses, or exactly one whose ``type`` is ``IPAddress`` or left out
-   (that IP is the Service's ``loadBalancerIP``). Anything else (one ``Hostname``, several addresses, another type)
-   is a manual deployment: nothing is deployed.
-2. Requested services of a manual deployment: each ``Hostname`` address, a name without a dot being a Service of
-   the Gateway's namespace (``<value>.<namespace>.svc.<domain>``). Addresses of any other type (``IPAddress``
-   when none is given, as the CRD defaults it) are ignored and
-   make ``Accepted`` False/``UnsupportedAddress`` "only Hostname is supported, ignoring [<values>]" (Go's way of
+1. Managed or manual (:mod:`ambit.controlplane.translate.manual_gateways` rule 1): a manual deployment is not
+   deployed.
+2. Requested services (:mod:`ambit.controlplane.translate.manual_gateways` rule 2): an ignored address makes
+   ``Accepted`` False/``UnsupportedAddress`` "only Hostname is supported, ignoring [<values>]" (Go's way of
    printing a list); with no Hostname left, ``Programmed`` is False/``UnsupportedAddress`` "Failed to assign to
    any requested addresses" and nothing else is judged (no listener status is written, as istiod returns early).
 3. Resolution (istiod's ``ResolveGatewayInstances``), per requested hostname: one that is not a Service of the
@@ -53,30 +50,25 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ambit.controlplane.gateway.status import MESSAGE_MAX, condition
+from ambit.controlplane.translate.manual_gateways import HOSTNAME, IP_ADDRESS, Requested, service_key
 
 __all__ = [
     "ADDRESS_TYPE_ANNOTATION",
     "NO_SERVICES",
     "SERVICE_NAME_LABEL",
     "Bound",
-    "Requested",
     "Resolution",
     "ServiceLookup",
     "bind",
     "bound_programmed",
     "english_join",
-    "is_managed",
     "load_balancer_addresses",
     "reported_addresses",
-    "requested_services",
     "resolve",
-    "service_key",
 ]
 
 Obj = Mapping[str, Any]
 
-HOSTNAME = "Hostname"
-IP_ADDRESS = "IPAddress"
 ADDRESS_TYPE_ANNOTATION = "networking.istio.io/address-type"
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 MANAGED_LABEL = "gateway.istio.io/managed"
@@ -102,53 +94,6 @@ NO_SERVICES: ServiceLookup = _NoServices()
 """A lookup that finds nothing (every requested hostname is "not found")."""
 
 
-def _addresses(gateway: Obj) -> list[Obj]:
-    spec = gateway.get("spec")
-    addresses = spec.get("addresses") if isinstance(spec, Mapping) else None
-    return [a for a in addresses if isinstance(a, Mapping)] if isinstance(addresses, list) else []
-
-
-def is_managed(gateway: Obj) -> bool:
-    """Rule 1."""
-    addresses = _addresses(gateway)
-    if not addresses:
-        return True
-    return len(addresses) == 1 and addresses[0].get("type") in (None, IP_ADDRESS)
-
-
-@dataclass(frozen=True, slots=True)
-class Requested:
-    """Rule 2: the Services a manual deployment is bound to (fully qualified hostnames, in the spec's order) and the
-    values of the addresses ignored for their type."""
-
-    services: tuple[str, ...]
-    ignored: tuple[str, ...] = ()
-    namespace: str = ""
-    """The Gateway's: where its Services are looked for."""
-
-    @property
-    def unsupported(self) -> str | None:
-        """``Accepted``'s message when some address was ignored."""
-        return f"only Hostname is supported, ignoring [{' '.join(self.ignored)}]" if self.ignored else None
-
-
-def requested_services(gateway: Obj, domain: str) -> Requested:
-    """Rule 2 (for a Gateway that is not managed)."""
-    namespace = str((gateway.get("metadata") or {}).get("namespace") or "")
-    services: list[str] = []
-    ignored: list[str] = []
-    for address in _addresses(gateway):
-        value = address.get("value")
-        value = value if isinstance(value, str) else ""
-        if (address.get("type") or IP_ADDRESS) != HOSTNAME:  # no type: the CRD's default, IPAddress
-            ignored.append(value)
-        elif "." in value:
-            services.append(value)
-        else:
-            services.append(f"{value}.{namespace}.svc.{domain}")
-    return Requested(tuple(services), tuple(ignored), namespace)
-
-
 @dataclass(frozen=True, slots=True)
 class Resolution:
     """Rule 3: what the requested Services give."""
@@ -169,15 +114,6 @@ class Bound:
 
     requested: Requested
     resolution: Resolution
-
-
-def service_key(hostname: str, domain: str) -> tuple[str, str] | None:
-    """(namespace, name) of a Service hostname ``<name>.<namespace>.svc.<domain>``; None for any other name."""
-    suffix = f".svc.{domain}"
-    if not hostname.endswith(suffix):
-        return None
-    parts = hostname[: -len(suffix)].split(".")
-    return (parts[1], parts[0]) if len(parts) == 2 and all(parts) else None
 
 
 def _int(value: Any) -> int | None:
