@@ -1,6 +1,7 @@
 """GatewayStaticAddresses through the real control plane: an ingress Gateway whose ``spec.addresses`` name a Service
 by hostname is a manual deployment (nothing is deployed for it), its status follows each patch of the addresses
-as the suite patches them, and it is woken when the Service it names, or that Service's endpoints, appear.
+as the suite patches them, and it is woken when the Service it names, or that Service's endpoints, appear; its
+config reaches the service account of the pods behind that Service over delta ADS, and not ``<name>-istio``.
 
 A real API server (subprocess, the CRDs installed; no lab controllers, so the EndpointSlice is written by the test
 as the EndpointSlice controller would) and the real control plane (no webhook): the deployment controller reads
@@ -9,14 +10,18 @@ Services and EndpointSlices from the cluster view's caches.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import pytest
-from tests.integration.controlplane_rig import eventually
+from tests.integration.controlplane_rig import Subscription, eventually
+from tests.integration.controlplane_rig import subscribe as rig_subscribe
 from tests.integration.gateway_rig import condition, get
 
 from ambit.controlplane.process import ControlPlane
 from ambit.k8s import KubeClient, kinds
+from ambit.model.ingress import GatewayConfig
+from ambit.xds.gateway import GATEWAY_CONFIG_TYPE_URL, decode_gateway_config
 
 Obj = dict[str, Any]
 OWNED = (kinds.SERVICE_ACCOUNTS, kinds.DEPLOYMENTS, kinds.SERVICES)
@@ -27,6 +32,15 @@ UNUSABLE = {"type": "Hostname", "value": "foo"}
 @pytest.fixture
 def plane_options() -> dict[str, Any]:
     return {"waypoint_xds_address": "198.18.0.1:15012", "waypoint_image_pull_policy": "Never"}
+
+
+def subscribe(
+    kube: KubeClient, plane: ControlPlane, namespace: str, account: str, names: list[str]
+) -> contextlib.AbstractAsyncContextManager[Subscription[GatewayConfig]]:
+    """A delta ADS stream as ``namespace/account`` subscribed to GatewayConfig ``names``."""
+    return rig_subscribe(
+        kube, plane, (namespace, account), Subscription(GATEWAY_CONFIG_TYPE_URL, decode_gateway_config), names
+    )
 
 
 async def backend(kube: KubeClient, namespace: str, name: str = "infra-backend-v1") -> None:
@@ -120,3 +134,28 @@ async def test_a_manual_deployment_is_programmed_when_the_service_it_names_comes
     await backend(kube, namespace, "late")  # no change to the Gateway: the Service and its slice wake the controller
     gateway = await eventually(lambda: reasons(kube, namespace, "Accepted", "Programmed"))
     assert gateway["status"]["addresses"] == [{"type": "Hostname", "value": f"late.{namespace}.svc.cluster.local"}]
+
+
+async def test_the_proxies_behind_the_named_service_get_the_config_and_the_unused_default_account_does_not(
+    kube: KubeClient, plane: ControlPlane, namespace: str
+) -> None:
+    selector = {"app": "edge-proxy"}
+    service = {"metadata": {"name": "edge-proxies"}, "spec": {"selector": selector, "ports": [{"port": 8080}]}}
+    await kube.create(kinds.SERVICES, service, namespace)
+    pod = {
+        "metadata": {"name": "edge-proxy-1", "labels": selector},
+        "spec": {"serviceAccountName": "edge-sa", "nodeName": "node-1", "containers": [{"name": "p", "image": "p"}]},
+    }
+    await kube.create(kinds.PODS, pod, namespace)
+    await kube.create(
+        kinds.GATEWAYS, static_gateway(namespace, {"type": "Hostname", "value": "edge-proxies"}), namespace
+    )
+    name = f"{namespace}/gateway-static-addresses"
+    async with (
+        subscribe(kube, plane, namespace, "edge-sa", [name]) as proxy,
+        subscribe(kube, plane, namespace, "gateway-static-addresses-istio", [name]) as unused,
+    ):
+        config = await eventually(lambda: proxy.config(name))
+        (listener,) = config.listeners
+        assert (listener.name, listener.port) == ("http", 8080)
+        assert unused.held == {} and unused.sent == []
