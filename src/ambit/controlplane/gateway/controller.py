@@ -20,6 +20,11 @@ and the ``Accepted`` status of the
 GatewayClasses whose ``controllerName`` is ``istio.io/mesh-controller`` or ``istio.io/gateway-controller``. At
 start it creates the GatewayClasses ``istio-waypoint`` and ``istio`` when they are missing, as istiod does.
 
+An ingress Gateway deployed by hand (its ``spec.addresses`` name a Service: :mod:`.static_addresses`) gets nothing
+deployed; its status is judged from the named Services and their EndpointSlices, which the controller reads
+through its ``services`` seam (the cluster view's caches, not a copy of its own) and whose changes wake it
+(:meth:`GatewayController.backing_event_handlers`).
+
 Invariants:
 
 - Deleting a Gateway deletes its objects through their owner references (the API server's garbage collector, in

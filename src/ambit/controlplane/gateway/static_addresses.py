@@ -3,10 +3,11 @@ which Services it is bound to, and what its status says of them (Gateway API's s
 and their EndpointSlices come through a :class:`ServiceLookup`.
 
 Theory of operation: a Gateway that names its addresses by hostname is a "manual deployment": the proxies behind
-the named Services are its gateway, so nothing is deployed for it (:func:`is_managed`). Its status is judged from
-those Services: :func:`requested_services` reads the addresses, :func:`resolve` looks at each Service on each
-listener port, and :func:`bound_programmed` and :func:`reported_addresses` turn that into the ``Programmed``
-condition and ``status.addresses``, with istiod's reasons and messages.
+the named Services are its gateway, so nothing is deployed for it
+(:func:`~ambit.controlplane.translate.manual_gateways.is_managed`). Its status is judged from those Services:
+:func:`~ambit.controlplane.translate.manual_gateways.requested_services` reads the addresses, :func:`resolve` looks
+at each Service on each listener port, and :func:`bound_programmed` and :func:`reported_addresses` turn that into
+the ``Programmed`` condition and ``status.addresses``, with istiod's reasons and messages.
 
 Rules:
 
