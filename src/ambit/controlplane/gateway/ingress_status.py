@@ -13,8 +13,9 @@ Rules:
    False/``ListenersNotValid`` when none is.
 2. ``Programmed``: a problem is False/``Invalid``; no Service yet False/``AddressNotUsable``; a Service whose
    ``status.loadBalancer.ingress`` is still empty False/``AddressNotAssigned`` ("address pending"); otherwise
-   True/``Programmed`` naming the Service and its ports. Readiness of the pods does not count (istiod reports the
-   Service's address, as a cloud load balancer would).
+   True/``Programmed`` naming the Service and its ports ("<host>:443 and <host>:80": each ``<host>:<port>``, in
+   text order, joined as istiod joins them, :func:`~.static_addresses.english_join`). Readiness of the pods does
+   not count (istiod reports the Service's address, as a cloud load balancer would).
 3. ``status.addresses``: each load-balancer ingress, ``IPAddress`` for an ``ip``, ``Hostname`` for a
    ``hostname``; none while there is a problem. A Service that is not of type ``LoadBalancer`` (the
    ``networking.istio.io/service-type`` annotation, :mod:`.render` rule 5) has no external address and waits for
@@ -67,12 +68,13 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ambit.controlplane.gateway.static_addresses import (
     Bound,
     bound_programmed,
+    english_join,
     load_balancer_addresses,
     reported_addresses,
 )
@@ -220,7 +222,7 @@ def ingress_status(
     else:
         accepted = condition("Accepted", True, "Accepted", "Resource accepted", generation)
     valid_sets = [verdict for verdict in listener_sets if verdict.valid]
-    ports = ",".join(str(p) for p in gateway_ports(listeners, listener_sets))
+    ports = gateway_ports(listeners, listener_sets)
     if bound is not None:
         programmed = bound_programmed(bound, generation)
     else:
@@ -248,9 +250,10 @@ def ingress_status(
 
 
 def _programmed(
-    found: Deployed, host: str, ports: str, addresses: Sequence[Mapping[str, str]], generation: Any
+    found: Deployed, host: str, ports: Iterable[int], addresses: Sequence[Mapping[str, str]], generation: Any
 ) -> dict[str, Any]:
     """Rule 2 (for a ListenerSet too, with its own ports)."""
+    assigned = english_join(sorted({f"{host}:{port}" for port in ports}))
     if found.problem is not None:
         programmed = condition("Programmed", False, "Invalid", found.problem[:MESSAGE_MAX], generation)
     elif not found.service_exists:
@@ -258,14 +261,13 @@ def _programmed(
         programmed = condition("Programmed", False, "AddressNotUsable", message, generation)
     elif not addresses:
         message = (
-            f"Assigned to service(s) {host}:{ports}, but failed to assign to all requested addresses: "
+            f"Assigned to service(s) {assigned}, but failed to assign to all requested addresses: "
             f'address pending for hostname "{host}"'
         )
         programmed = condition("Programmed", False, "AddressNotAssigned", message, generation)
     else:
-        programmed = condition(
-            "Programmed", True, "Programmed", f"Resource programmed, assigned to service(s) {host}:{ports}", generation
-        )
+        message = f"Resource programmed, assigned to service(s) {assigned}"
+        programmed = condition("Programmed", True, "Programmed", message[:MESSAGE_MAX], generation)
     return programmed
 
 
@@ -304,7 +306,7 @@ def listener_set_status(
         if not bound.requested.services:  # rule 10: istiod stops before judging the listeners
             return {"conditions": [accepted, programmed], "addressless": True}
     else:
-        ports = ",".join(str(p) for p in dict.fromkeys(item.port for item in verdict.judged if item.ready))
+        ports = [item.port for item in verdict.judged if item.ready]
         programmed = _programmed(found, host, ports, addresses, generation)
     listeners = [
         listener_status(item, verdict.raw.get(item.name, {}), generation, (attached or {}).get(item.name, 0))
