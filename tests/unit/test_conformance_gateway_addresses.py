@@ -503,3 +503,16 @@ def test_golden_tls_terminate_a_port_the_service_lacks_beside_one_it_has() -> No
         f"Assigned to service(s) {INGRESS_HOST}:443, but failed to assign to all requested addresses: port 9443 not "
         f'found for hostname "{INGRESS_HOST}"',
     )
+
+
+def test_external_ips_are_reported_and_a_load_balancer_s_ingress_only_on_a_load_balancer() -> None:
+    with_ips = service("edge", ingress=({"ip": "198.18.254.7"},))
+    with_ips["spec"]["externalIPs"] = ["203.0.113.9"]
+    out = wanted(gateway({"type": "Hostname", "value": "edge"}), Cluster(with_ips))
+    assert out["addresses"] == [{"type": "IPAddress", "value": "203.0.113.9"}]  # a ClusterIP: no load balancer
+    with_ips["spec"]["type"] = "LoadBalancer"
+    out = wanted(gateway({"type": "Hostname", "value": "edge"}), Cluster(with_ips))
+    assert out["addresses"] == [
+        {"type": "IPAddress", "value": "198.18.254.7"},
+        {"type": "IPAddress", "value": "203.0.113.9"},
+    ]

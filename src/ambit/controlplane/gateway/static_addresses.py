@@ -20,13 +20,14 @@ Rules:
 3. Resolution (istiod's ``ResolveGatewayInstances``), per requested hostname: one that is not a Service of the
    Gateway's namespace warns 'hostname "<h>" not found' (or '... not found in namespace "<ns>", but it was found
    in namespace(s) "<other>"' when it names a Service of another namespace) and is unusable. Then per listener
-   port P: a Service port P with endpoints makes ``<h>:P`` an internal address (and the Service's load-balancer
-   ingress and ``externalIPs`` external ones; a ``LoadBalancer`` Service without them warns 'address pending for
-   hostname "<h>"', once, still usable); a Service with no endpoints at all warns 'no instances found for
-   hostname "<h>"' (usable: the pods may come); endpoints whose target port is P hint at the Service ports that
-   lead there ('port P not found for hostname "<h>" (hint: the service port should be specified, not the workload
-   port. Did you mean one of these ports: [80]?)', unusable); otherwise 'port P not found for hostname "<h>"',
-   unusable, unless the Service is one a Gateway controller manages and has port P (its endpoints are late).
+   port P: a Service port P with endpoints makes ``<h>:P`` an internal address (and, of a ``LoadBalancer``
+   Service, its load-balancer ingress, and of any its ``externalIPs``, external ones; a ``LoadBalancer`` Service
+   without them warns 'address pending for hostname "<h>"', once, still usable); a Service with no endpoints at
+   all warns 'no instances found for hostname "<h>"' (usable: the pods may come); endpoints whose target port is
+   P hint at the Service ports that lead there ('port P not found for hostname "<h>" (hint: the service port
+   should be specified, not the workload port. Did you mean one of these ports: [80]?)', unusable); otherwise
+   'port P not found for hostname "<h>"', unusable, unless the Service is one a Gateway controller manages and
+   has port P (its endpoints are late).
    Warnings are sorted; addresses are sorted and distinct. Endpoints count whether ready or not, as istiod's
    index holds them all.
 4. ``Programmed`` (istiod's ``SetProgrammedCondition``): True/``Programmed`` "Resource programmed, assigned to
@@ -167,9 +168,12 @@ def load_balancer_addresses(service: Obj | None) -> tuple[dict[str, str], ...]:
 
 
 def _external(service: Obj) -> list[str]:
+    """A load balancer's addresses (of a ``LoadBalancer`` Service only), then ``externalIPs`` (of any), as istiod's
+    Service conversion gathers them."""
     spec = service.get("spec")
     external_ips = spec.get("externalIPs") if isinstance(spec, Mapping) else None
-    out = [a["value"] for a in load_balancer_addresses(service)]
+    balanced = isinstance(spec, Mapping) and spec.get("type") == "LoadBalancer"
+    out = [a["value"] for a in load_balancer_addresses(service)] if balanced else []
     out += [ip for ip in external_ips if isinstance(ip, str) and ip] if isinstance(external_ips, list) else []
     return out
 
