@@ -28,7 +28,8 @@ Each case replays one upstream conformance test with manifests of our own.
 - GatewayOptionalAddressValue: an address without a value (the implementation assigns one) is admitted by the
   validating webhook (it was refused: "required"), as are the GatewayStaticAddresses test's addresses (a
   domain-prefixed type, Hostname values); a value given is still checked (an IPAddress that is not one, a Hostname
-  that is not a DNS name). The rest of GatewayStaticAddresses (binding to those addresses) is not implemented.
+  that is not a DNS name). The rest of GatewayStaticAddresses (binding to those addresses) is replayed in
+  tests/unit/test_conformance_gateway_addresses.py.
 - GatewayNameMaximumLength: a Gateway named with 253 characters cannot be deployed (its Service name would not be
   a DNS label) but still gets its conditions, at its generation (as istiod, which does not shorten names either).
 """

@@ -243,6 +243,20 @@ def test_programmed_waits_for_the_load_balancer_address_and_then_reports_it() ->
     assert [(item["name"], item["attachedRoutes"]) for item in done["listeners"]] == [("http", 2), ("https", 0)]
 
 
+def test_several_ports_are_named_one_by_one_in_text_order_as_istiod_names_them() -> None:
+    """istiod's goldens (frontend-tls-refgrant and others): "...:443 and ...:80"; Ambit wrote "...:8080,8443"."""
+    host = "edge-istio.edge.svc.cluster.local"
+    gw = ingress(HTTP | {"port": 80}, https(port=443))
+    judged = judge_listeners(gw, secrets_of(tls_secret()))
+    addresses = ({"type": "IPAddress", "value": "198.18.254.1"},)
+    done = ingress_status(gw, Deployed(service_exists=True), judged, host=host, addresses=addresses)
+    (programmed,) = [c for c in done["conditions"] if c["type"] == "Programmed"]
+    assert programmed["message"] == f"Resource programmed, assigned to service(s) {host}:443 and {host}:80"
+    pending = ingress_status(gw, Deployed(service_exists=True), judged, host=host, addresses=())
+    (programmed,) = [c for c in pending["conditions"] if c["type"] == "Programmed"]
+    assert programmed["message"].startswith(f"Assigned to service(s) {host}:443 and {host}:80, but failed")
+
+
 def test_a_cluster_ip_gateway_reports_its_service_hostname_at_once_a_load_balancer_waits() -> None:
     host = "edge-istio.edge.svc.cluster.local"
     assert ingress_addresses(None, host) == ()

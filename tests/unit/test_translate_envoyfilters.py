@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from tests.upstream_objects import waypoint_envoy_filter
 
@@ -470,6 +470,8 @@ def test_an_invalid_version_expression_is_ignored_with_a_note_and_an_over_long_o
 
 @settings(max_examples=300, deadline=None)
 @given(st.text(max_size=64))
+@example("[[")  # Python warns of a nested set first: under warnings-as-errors that escaped the judge
+@example("[[a]")
 def test_judging_a_version_expression_never_raises_and_what_it_accepts_compiles(pattern: str) -> None:
     problem = version_pattern_problem(pattern)
     if not problem:

@@ -325,7 +325,10 @@ class ControlPlane:
                     template=template, debounce=settings.debounce, system_namespace=settings.root_namespace
                 ),
                 clock=time.time,
+                services=self.view,
             )
+            # Services and EndpointSlices come from the view's caches, not a second copy of them.
+            self.view.add_event_handlers(self.gateways.backing_event_handlers)
         self.publisher: RootCertPublisher | None = None
         self.crl_publisher: ConfigMapPublisher | None = None
         self.crl_watcher: CrlFileWatcher | None = None

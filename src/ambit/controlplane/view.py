@@ -348,6 +348,20 @@ class ClusterView:
         """The informer on ``kind``, to share its cache (add handlers before :meth:`start`)."""
         return self._informers[cache_name(kind)]
 
+    def find_service(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A Service as last seen (the gateway controller's manual deployments name theirs)."""
+        return self._informers[cache_name(kinds.SERVICES)].find(name, namespace)
+
+    def endpoint_slices(self, namespace: str, service: str) -> list[dict[str, Any]]:
+        """The EndpointSlices of one Service, as last seen: a walk over every slice, for the few Services that
+        manual deployments name."""
+        return [
+            item
+            for item in self.items(cache_name(kinds.ENDPOINT_SLICES))
+            if (item.get("metadata") or {}).get("namespace") == namespace
+            and ((item.get("metadata") or {}).get("labels") or {}).get("kubernetes.io/service-name") == service
+        ]
+
     def generation(self, plural: str) -> str:
         """A value that changes whenever the cached objects of ``plural`` may have: its informer's last
         resourceVersion (listed or watched; "" for a kind the cluster does not serve)."""

@@ -20,6 +20,11 @@ and the ``Accepted`` status of the
 GatewayClasses whose ``controllerName`` is ``istio.io/mesh-controller`` or ``istio.io/gateway-controller``. At
 start it creates the GatewayClasses ``istio-waypoint`` and ``istio`` when they are missing, as istiod does.
 
+An ingress Gateway deployed by hand (its ``spec.addresses`` name a Service: :mod:`.static_addresses`) gets nothing
+deployed; its status is judged from the named Services and their EndpointSlices, which the controller reads
+through its ``services`` seam (the cluster view's caches, not a copy of its own) and whose changes wake it
+(:meth:`GatewayController.backing_event_handlers`).
+
 Invariants:
 
 - Deleting a Gateway deletes its objects through their owner references (the API server's garbage collector, in
@@ -56,9 +61,11 @@ from typing import Any
 
 from ambit.controlplane.gateway.apply import Create, Leave, Patch, Refuse, plan_apply
 from ambit.controlplane.gateway.ingress_status import (
+    gateway_ports,
     ingress_addresses,
     ingress_attached_routes,
     ingress_status,
+    listener_set_server_ports,
     listener_set_status,
 )
 from ambit.controlplane.gateway.injection import (
@@ -91,6 +98,13 @@ from ambit.controlplane.gateway.render import (
     service_hostname,
 )
 from ambit.controlplane.gateway.revision import is_ours
+from ambit.controlplane.gateway.static_addresses import (
+    NO_SERVICES,
+    SERVICE_NAME_LABEL,
+    Bound,
+    ServiceLookup,
+    bind,
+)
 from ambit.controlplane.gateway.status import (
     Deployed,
     attached_routes,
@@ -102,9 +116,10 @@ from ambit.controlplane.gateway.status import (
 from ambit.controlplane.status import rfc3339
 from ambit.controlplane.translate.listener_sets import LISTENER_SET_KINDS, MergedGateway, merge_listener_sets
 from ambit.controlplane.translate.listeners import backend_client_certificate, frontend_config_maps
+from ambit.controlplane.translate.manual_gateways import is_managed, requested_services, service_key
 from ambit.controlplane.translate.reference_grants import ReferenceGrants
 from ambit.controlplane.translate.waypoints import WAYPOINT_CLASS
-from ambit.controlplane.view import CREDENTIAL_SECRETS
+from ambit.controlplane.view import CREDENTIAL_SECRETS, EventHandlers
 from ambit.errors import AmbitError
 from ambit.k8s import (
     Informer,
@@ -213,8 +228,21 @@ def _ready(deployment: Mapping[str, Any] | None) -> bool:
 class GatewayController:
     """Deploys waypoints for Gateways; ``start`` then ``aclose``."""
 
-    def __init__(self, client: KubeClient, settings: GatewayControllerSettings, *, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        settings: GatewayControllerSettings,
+        *,
+        clock: Callable[[], float],
+        services: ServiceLookup = NO_SERVICES,
+    ) -> None:
         self.client = client
+        self.services = services
+        """Every Service and EndpointSlice (the cluster view's caches): those a manual deployment names."""
+        self._backing: frozenset[tuple[str, str]] = frozenset()
+        """(namespace, name) of the Services the manual deployments named at the last pass: their changes, and
+        their EndpointSlices', wake the controller (:meth:`backing_event_handlers`)."""
+        self._naming: set[tuple[str, str]] = set()
         self.settings = settings
         self._clock = clock
         self._dirty = asyncio.Event()
@@ -252,6 +280,31 @@ class GatewayController:
 
     def _updated(self, old: Obj, new: Obj) -> None:
         self._dirty.set()
+
+    def backing_event_handlers(self, kind: kinds.ResourceKind) -> EventHandlers | None:
+        """Handlers for the cluster view's informers (:meth:`~ambit.controlplane.view.ClusterView.add_event_handlers`):
+        a change to a Service a manual deployment names, or to one of its EndpointSlices, marks the controller
+        dirty; other Services' churn does not."""
+        if kind is kinds.SERVICES:
+            label = None
+        elif kind is kinds.ENDPOINT_SLICES:
+            label = SERVICE_NAME_LABEL
+        else:
+            return None
+
+        def changed(obj: Obj) -> None:
+            meta = obj.get("metadata")
+            if not isinstance(meta, Mapping):
+                return
+            labels = meta.get("labels")
+            name = meta.get("name") if label is None else labels.get(label) if isinstance(labels, Mapping) else None
+            if (str(meta.get("namespace") or ""), str(name or "")) in self._backing:
+                self._dirty.set()
+
+        def updated(old: Obj, new: Obj) -> None:
+            changed(new)
+
+        return changed, updated, changed
 
     def _config_map_changed(self, obj: Obj) -> None:
         """Only the ConfigMaps that may overlay a Gateway matter: the control plane writes others (the root
@@ -402,6 +455,7 @@ class GatewayController:
         in_system = [cm for cm in self._items(kinds.CONFIG_MAPS) if _field(cm, "metadata", "namespace") == system]
         self._class_defaults = {name: class_defaults(in_system, name) for name in (WAYPOINT_CLASS, INGRESS_CLASS)}
         self._find_injection()
+        self._naming = set()
         for gateway in self._items(kinds.GATEWAYS):
             if _field(gateway, "spec", "gatewayClassName") not in (WAYPOINT_CLASS, INGRESS_CLASS):
                 continue
@@ -416,6 +470,7 @@ class GatewayController:
             except Exception:  # a bug must not stop the other Gateways, nor the controller
                 log.exception("reconciling Gateway %s/%s failed", *_key(kinds.GATEWAYS, gateway)[1:])
                 ok = False
+        self._backing = frozenset(self._naming)
         return ok
 
     async def _reconcile_gateway(self, gateway: Obj, routes: list[Obj], now: str) -> bool:
@@ -433,7 +488,12 @@ class GatewayController:
             namespace_labels=namespace_labels,
         )
         admitted = [item for verdict in merged.sets if verdict.refusal is None for item in verdict.raw.values()]
-        found = await self._deploy(gateway, admitted)
+        bound = self._bound(gateway, merged) if is_ingress(gateway) and not is_managed(gateway) else None
+        if bound is not None:
+            # static_addresses rule 1: the proxies behind the named Services are the gateway; nothing is deployed
+            found: Deployed | None = Deployed(invalid_parameters=self._invalid_parameters(gateway))
+        else:
+            found = await self._deploy(gateway, admitted)
         if found is None:
             return False
         namespace = str(gateway["metadata"]["namespace"])
@@ -456,14 +516,26 @@ class GatewayController:
                 attached=ingress_attached_routes(gateway, by_kind, namespace_labels=namespace_labels),
                 listener_sets=merged.sets,
                 resolved=backend_client_certificate(gateway, self.find_secret, grants),
+                bound=bound,
             )
         else:
             attached = attached_routes(gateway, routes)
             wanted = gateway_status(gateway, found, domain=self.settings.template.domain, attached=attached)
         ok = await self._write_status(kinds.GATEWAYS, gateway, wanted, now)
         return (
-            await self._write_listener_set_status(merged, found, host, addresses, by_kind, namespace_labels, now) and ok
+            await self._write_listener_set_status(
+                merged, found, host, addresses, by_kind, namespace_labels, now, bound=bound
+            )
+            and ok
         )
+
+    def _bound(self, gateway: Obj, merged: MergedGateway) -> Bound:
+        """A manual deployment's Services (:mod:`.static_addresses`), noted for :meth:`backing_event_handlers`."""
+        domain = self.settings.template.domain
+        requested = requested_services(gateway, domain)
+        self._naming.update(key for host in requested.services if (key := service_key(host, domain)) is not None)
+        ports = gateway_ports(merged.judged, merged.sets)
+        return bind(requested, ports, self.services, domain)
 
     def _listener_sets(self) -> list[tuple[tuple[str, str], Obj]]:
         """Every ListenerSet, of both names, with its (group, kind)."""
@@ -483,10 +555,16 @@ class GatewayController:
         by_kind: Mapping[str, Sequence[Obj]],
         namespace_labels: Mapping[str, Mapping[str, str]],
         now: str,
+        *,
+        bound: Bound | None = None,
     ) -> bool:
-        """The status of each ListenerSet naming the Gateway (:mod:`.ingress_status` rule 7)."""
+        """The status of each ListenerSet naming the Gateway (:mod:`.ingress_status` rules 7 and 10)."""
         ok = True
+        domain = self.settings.template.domain
         for verdict in merged.sets:
+            set_bound = None
+            if bound is not None:
+                set_bound = bind(bound.requested, listener_set_server_ports(verdict), self.services, domain)
             kind = kinds.LISTENER_SETS if verdict.origin == LISTENER_SET_KINDS[0] else kinds.X_LISTENER_SETS
             attached = ingress_attached_routes(
                 verdict.obj,
@@ -495,7 +573,9 @@ class GatewayController:
                 listeners=list(verdict.raw.values()),
                 namespace_labels=namespace_labels,
             )
-            wanted = listener_set_status(verdict, found, host=host, addresses=addresses, attached=attached)
+            wanted = listener_set_status(
+                verdict, found, host=host, addresses=addresses, attached=attached, bound=set_bound
+            )
             ok &= await self._write_status(kind, dict(verdict.obj), wanted, now)
         return ok
 
@@ -586,17 +666,27 @@ class GatewayController:
         defaults = self._class_defaults.get(str(_field(gateway, "spec", "gatewayClassName")))
         if defaults is not None:
             overlays.append(Overlay.of(defaults))
-        ref = parameters_ref(gateway)
-        if isinstance(ref, InvalidParameters):
-            return ref
-        if ref is not None:
-            if kinds.CONFIG_MAPS.plural in self.absent:
-                return InvalidParameters(f"parametersRef ConfigMap {ref[0]}/{ref[1]} cannot be read")
-            config_map = self.find(kinds.CONFIG_MAPS, *ref)
-            if config_map is None:
-                return missing_parameters(*ref)
-            overlays.append(Overlay.of(config_map))
+        parameters = self._parameters(gateway)
+        if isinstance(parameters, InvalidParameters):
+            return parameters
+        if parameters is not None:
+            overlays.append(parameters)
         return overlays
+
+    def _parameters(self, gateway: Obj) -> Overlay | InvalidParameters | None:
+        """The overlay the Gateway's ``parametersRef`` names (:mod:`.overlay` rule 1), or why it cannot be used."""
+        ref = parameters_ref(gateway)
+        if ref is None or isinstance(ref, InvalidParameters):
+            return ref
+        if kinds.CONFIG_MAPS.plural in self.absent:
+            return InvalidParameters(f"parametersRef ConfigMap {ref[0]}/{ref[1]} cannot be read")
+        config_map = self.find(kinds.CONFIG_MAPS, *ref)
+        return missing_parameters(*ref) if config_map is None else Overlay.of(config_map)
+
+    def _invalid_parameters(self, gateway: Obj) -> str | None:
+        """Why the ``parametersRef`` cannot be used, if it cannot: istiod checks it for a manual deployment too."""
+        parameters = self._parameters(gateway)
+        return parameters.message if isinstance(parameters, InvalidParameters) else None
 
     async def _apply(self, kind: kinds.ResourceKind, namespace: str, want: Obj) -> str | _Retry | None:
         """Create or patch one object; None on success, :data:`_RETRY` after a lost race, else the problem for

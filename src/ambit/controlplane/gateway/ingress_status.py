@@ -13,8 +13,9 @@ Rules:
    False/``ListenersNotValid`` when none is.
 2. ``Programmed``: a problem is False/``Invalid``; no Service yet False/``AddressNotUsable``; a Service whose
    ``status.loadBalancer.ingress`` is still empty False/``AddressNotAssigned`` ("address pending"); otherwise
-   True/``Programmed`` naming the Service and its ports. Readiness of the pods does not count (istiod reports the
-   Service's address, as a cloud load balancer would).
+   True/``Programmed`` naming the Service and its ports ("<host>:443 and <host>:80": each ``<host>:<port>``, in
+   text order, joined as istiod joins them, :func:`~.static_addresses.english_join`). Readiness of the pods does
+   not count (istiod reports the Service's address, as a cloud load balancer would).
 3. ``status.addresses``: each load-balancer ingress, ``IPAddress`` for an ``ip``, ``Hostname`` for a
    ``hostname``; none while there is a problem. A Service that is not of type ``LoadBalancer`` (the
    ``networking.istio.io/service-type`` annotation, :mod:`.render` rule 5) has no external address and waits for
@@ -51,19 +52,39 @@ Rules:
 8. The Gateway's ``ResolvedRefs`` (:mod:`ambit.controlplane.translate.listeners` rule 6) follows
    ``Programmed``; ``attachedListenerSets`` counts its valid ListenerSets (absent at zero), and rule 2's ports
    include the programmed listeners of those ListenerSets, as istiod's servers do.
+9. A manual deployment (a Gateway whose ``spec.addresses`` name the Services of its proxies, nothing deployed:
+   :mod:`.static_addresses`): ``Accepted`` is False/``UnsupportedAddress`` when an address of a type other than
+   ``Hostname`` was ignored (before rule 1's other reasons), ``Programmed`` and ``status.addresses`` are judged
+   from the named Services (:mod:`.static_addresses` rules 3-5) instead of rules 2 and 3, over the ports of rule
+   8. With no ``Hostname`` address at all, only the conditions are written: the listeners, addresses and
+   ``attachedListenerSets`` are left as they are (istiod returns before judging them).
+10. A ListenerSet of a manual deployment: ``Accepted`` False/``UnsupportedAddress`` "Parent not accepted: <the
+    parent's message>" when the parent ignored an address, else as rule 7; ``Programmed`` from the parent's
+    Services on the ports of the ListenerSet's listeners that are not conflicted (an unresolved certificate
+    counts, a TLS listener without ``tls`` does not: istiod's servers), ``ListenersNotValid`` taking precedence;
+    with no
+    ``Hostname`` address at all, only those two conditions are written.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ambit.controlplane.gateway.static_addresses import (
+    Bound,
+    bound_programmed,
+    english_join,
+    load_balancer_addresses,
+    reported_addresses,
+)
 from ambit.controlplane.gateway.status import (
     GATEWAY_GROUP,
     MESSAGE_MAX,
     Deployed,
     attached_routes,
     condition,
+    dig,
     invalid_parameters,
     listeners_of,
 )
@@ -73,30 +94,16 @@ from ambit.controlplane.translate.listeners import INSECURE_FALLBACK, JudgedList
 from ambit.controlplane.translate.route_kinds import INGRESS_ROUTE_KINDS, INVALID_ROUTE_KINDS, supported_kinds
 
 __all__ = [
+    "gateway_ports",
     "ingress_addresses",
     "ingress_attached_routes",
     "ingress_status",
     "insecure_frontend",
+    "listener_set_server_ports",
     "listener_set_status",
     "listener_status",
     "load_balancer_addresses",
 ]
-
-
-def load_balancer_addresses(service: Mapping[str, Any] | None) -> tuple[dict[str, str], ...]:
-    """Rule 3: the Gateway addresses a Service's ``status.loadBalancer.ingress`` gives."""
-    status = (service or {}).get("status")
-    lb = status.get("loadBalancer") if isinstance(status, Mapping) else None
-    ingress = lb.get("ingress") if isinstance(lb, Mapping) else None
-    out: list[dict[str, str]] = []
-    for item in ingress if isinstance(ingress, list) else ():
-        if not isinstance(item, Mapping):
-            continue
-        if isinstance(item.get("ip"), str) and item["ip"]:
-            out.append({"type": "IPAddress", "value": item["ip"]})
-        elif isinstance(item.get("hostname"), str) and item["hostname"]:
-            out.append({"type": "Hostname", "value": item["hostname"]})
-    return tuple(out)
 
 
 def ingress_addresses(service: Mapping[str, Any] | None, host: str) -> tuple[dict[str, str], ...]:
@@ -171,6 +178,18 @@ def insecure_frontend(gateway: Mapping[str, Any]) -> bool:
     )
 
 
+def gateway_ports(listeners: Sequence[JudgedListener], listener_sets: Sequence[ListenerSetVerdict] = ()) -> list[int]:
+    """Rule 8: the ports the Gateway serves on, its own listeners' first, each once."""
+    from_sets = [item.port for verdict in listener_sets if verdict.valid for item in verdict.judged if item.ready]
+    return list(dict.fromkeys([*(item.port for item in listeners if item.port), *from_sets]))
+
+
+def listener_set_server_ports(verdict: ListenerSetVerdict) -> list[int]:
+    """Rule 10: the ports of a ListenerSet's listeners istiod builds a server for (not conflicted, not a TLS listener
+    without ``tls``), each once."""
+    return list(dict.fromkeys(item.port for item in verdict.judged if not item.conflicted[0] and not item.bad_tls))
+
+
 def ingress_status(
     gateway: Mapping[str, Any],
     found: Deployed,
@@ -181,12 +200,17 @@ def ingress_status(
     attached: Mapping[str, int] | None = None,
     listener_sets: Sequence[ListenerSetVerdict] = (),
     resolved: tuple[bool, str, str] = (True, "ResolvedRefs", "All references resolved"),
+    bound: Bound | None = None,
 ) -> dict[str, Any]:
-    """The wanted ``status`` (rules 1-8); ``host`` is the Service's hostname, ``resolved`` the Gateway's own
-    ``ResolvedRefs`` (:func:`~ambit.controlplane.translate.listeners.backend_client_certificate`)."""
+    """The wanted ``status`` (rules 1-9); ``host`` is the Service's hostname, ``resolved`` the Gateway's own
+    ``ResolvedRefs`` (:func:`~ambit.controlplane.translate.listeners.backend_client_certificate`), ``bound`` a
+    manual deployment's Services (rule 9)."""
     generation = (gateway.get("metadata") or {}).get("generation")
     valid = sum(1 for item in listeners if item.ready)  # istiod counts the listeners it programmed
-    if found.invalid_parameters is not None:
+    unsupported = bound.requested.unsupported if bound is not None else None
+    if unsupported is not None:
+        accepted = condition("Accepted", False, "UnsupportedAddress", unsupported[:MESSAGE_MAX], generation)
+    elif found.invalid_parameters is not None:
         accepted = invalid_parameters(found.invalid_parameters, generation)
     elif listeners and valid == 0:
         accepted = condition(
@@ -198,19 +222,25 @@ def ingress_status(
     else:
         accepted = condition("Accepted", True, "Accepted", "Resource accepted", generation)
     valid_sets = [verdict for verdict in listener_sets if verdict.valid]
-    from_sets = (item.port for verdict in valid_sets for item in verdict.judged if item.ready)
-    ports = ",".join(str(p) for p in dict.fromkeys([*(item.port for item in listeners if item.port), *from_sets]))
-    programmed = _programmed(found, host, ports, addresses, generation)
-    status: dict[str, Any] = {
-        "conditions": [accepted, programmed, condition("ResolvedRefs", *resolved, generation)],
-        "attachedListenerSets": len(valid_sets) or None,
-    }
+    ports = gateway_ports(listeners, listener_sets)
+    if bound is not None:
+        programmed = bound_programmed(bound, generation)
+    else:
+        programmed = _programmed(found, host, ports, addresses, generation)
+    status: dict[str, Any] = {"conditions": [accepted, programmed, condition("ResolvedRefs", *resolved, generation)]}
     if insecure_frontend(gateway):
         message = "Gateway is operating in AllowInsecureFallback mode for frontend validation"
         status["conditions"].append(condition(INSECURE_FRONTEND, True, "ConfigurationChanged", message, generation))
     else:
         status["retired"] = [INSECURE_FRONTEND]
-    status["addresses"] = [dict(a) for a in addresses] if found.problem is None and addresses else None
+    if bound is not None and not bound.requested.services:
+        return status  # rule 9: istiod stops here, leaving the listeners and addresses as they are
+    status["attachedListenerSets"] = len(valid_sets) or None
+    if bound is not None:
+        current = dig(gateway, "status", "addresses")
+        status["addresses"] = reported_addresses(gateway, bound.resolution) or current
+    else:
+        status["addresses"] = [dict(a) for a in addresses] if found.problem is None and addresses else None
     raw = {str(item.get("name")): item for item in listeners_of(gateway)}
     status["listeners"] = [
         listener_status(item, raw.get(item.name, {}), generation, (attached or {}).get(item.name, 0))
@@ -220,9 +250,10 @@ def ingress_status(
 
 
 def _programmed(
-    found: Deployed, host: str, ports: str, addresses: Sequence[Mapping[str, str]], generation: Any
+    found: Deployed, host: str, ports: Iterable[int], addresses: Sequence[Mapping[str, str]], generation: Any
 ) -> dict[str, Any]:
     """Rule 2 (for a ListenerSet too, with its own ports)."""
+    assigned = english_join(sorted({f"{host}:{port}" for port in ports}))
     if found.problem is not None:
         programmed = condition("Programmed", False, "Invalid", found.problem[:MESSAGE_MAX], generation)
     elif not found.service_exists:
@@ -230,14 +261,13 @@ def _programmed(
         programmed = condition("Programmed", False, "AddressNotUsable", message, generation)
     elif not addresses:
         message = (
-            f"Assigned to service(s) {host}:{ports}, but failed to assign to all requested addresses: "
+            f"Assigned to service(s) {assigned}, but failed to assign to all requested addresses: "
             f'address pending for hostname "{host}"'
         )
         programmed = condition("Programmed", False, "AddressNotAssigned", message, generation)
     else:
-        programmed = condition(
-            "Programmed", True, "Programmed", f"Resource programmed, assigned to service(s) {host}:{ports}", generation
-        )
+        message = f"Resource programmed, assigned to service(s) {assigned}"
+        programmed = condition("Programmed", True, "Programmed", message[:MESSAGE_MAX], generation)
     return programmed
 
 
@@ -248,8 +278,10 @@ def listener_set_status(
     host: str,
     addresses: Sequence[Mapping[str, str]],
     attached: Mapping[str, int] | None = None,
+    bound: Bound | None = None,
 ) -> dict[str, Any]:
-    """Rule 7: the wanted ``status`` of a ListenerSet whose parent is one of our Gateways."""
+    """Rules 7 and 10: the wanted ``status`` of a ListenerSet whose parent is one of our Gateways; ``bound`` is the
+    parent's Services when it is a manual deployment, resolved on the ListenerSet's own ports."""
     generation = (verdict.obj.get("metadata") or {}).get("generation")
     if verdict.refusal is not None:
         reason, message = verdict.refusal
@@ -258,14 +290,24 @@ def listener_set_status(
             condition("Programmed", False, reason, message, generation),
         ]
         return {"conditions": conditions, "listeners": [], "addressless": True}
-    if verdict.valid:
+    unsupported = bound.requested.unsupported if bound is not None else None
+    invalid = "None of the ListenerSet's listeners are valid"
+    if unsupported is not None:
+        message = f"Parent not accepted: {unsupported}"[:MESSAGE_MAX]
+        accepted = condition("Accepted", False, "UnsupportedAddress", message, generation)
+    elif verdict.valid:
         accepted = condition("Accepted", True, "Accepted", "Resource accepted", generation)
-        ports = ",".join(str(p) for p in dict.fromkeys(item.port for item in verdict.judged if item.ready))
-        programmed = _programmed(found, host, ports, addresses, generation)
     else:
-        message = "None of the ListenerSet's listeners are valid"
-        accepted = condition("Accepted", False, "ListenersNotValid", message, generation)
-        programmed = condition("Programmed", False, "ListenersNotValid", message, generation)
+        accepted = condition("Accepted", False, "ListenersNotValid", invalid, generation)
+    if not verdict.valid and (bound is None or bound.requested.services):
+        programmed = condition("Programmed", False, "ListenersNotValid", invalid, generation)
+    elif bound is not None:
+        programmed = bound_programmed(bound, generation)
+        if not bound.requested.services:  # rule 10: istiod stops before judging the listeners
+            return {"conditions": [accepted, programmed], "addressless": True}
+    else:
+        ports = [item.port for item in verdict.judged if item.ready]
+        programmed = _programmed(found, host, ports, addresses, generation)
     listeners = [
         listener_status(item, verdict.raw.get(item.name, {}), generation, (attached or {}).get(item.name, 0))
         for item in verdict.judged

@@ -34,7 +34,10 @@ Rules:
    1-65535 adds none. Its selector, like the Deployment's, is the gateway-name label. A waypoint's Service is a
    ``ClusterIP``; an ingress gateway's a ``LoadBalancer`` (reached from outside the cluster). The Gateway's
    annotation ``networking.istio.io/service-type`` (``ClusterIP``, ``NodePort`` or ``LoadBalancer``) sets the
-   type of either, as istiod's deployment controller reads it; any other value is :class:`Unrenderable`.
+   type of either, as istiod's deployment controller reads it; any other value is :class:`Unrenderable`. A
+   ``LoadBalancer`` asks for the Gateway's static address as its ``loadBalancerIP`` when the Gateway has exactly
+   one, of type ``IPAddress`` (any other address makes a manual deployment, which is not rendered:
+   :mod:`.static_addresses` rule 1), as istiod's templates do.
 6. The Deployment never sets ``replicas`` (the API server defaults 1; whatever a user or autoscaler sets later
    stays). Its pod runs container ``istio-proxy``: ``ambit waypoint proxy`` (``ambit gateway`` for an ingress
    gateway, told its Gateway's name in ``GATEWAY_NAME``) with the control plane's address, the
@@ -280,6 +283,16 @@ def service_type(gateway: Obj, ingress: bool) -> str | None:
     return value if isinstance(value, str) and value in SERVICE_TYPES else None
 
 
+def _static_ip(gateway: Obj) -> str | None:
+    """Rule 5: the value of the Gateway's one address of type ``IPAddress`` (the CRD's default type), if any."""
+    spec = gateway.get("spec")
+    addresses = spec.get("addresses") if isinstance(spec, Mapping) else None
+    if not isinstance(addresses, list) or len(addresses) != 1 or not isinstance(addresses[0], Mapping):
+        return None
+    value = addresses[0].get("value")
+    return value if addresses[0].get("type") in (None, "IPAddress") and isinstance(value, str) and value else None
+
+
 def render_waypoint(
     gateway: Obj,
     settings: WaypointTemplateSettings,
@@ -374,16 +387,19 @@ def render_waypoint(
             },
         },
     }
+    service_spec: dict[str, Any] = {
+        "type": type_of_service,
+        "ipFamilyPolicy": "PreferDualStack",
+        "ports": listener_ports(gateway, extra_listeners),
+        "selector": dict(selector),
+    }
+    if type_of_service == "LoadBalancer" and (ip := _static_ip(gateway)):
+        service_spec["loadBalancerIP"] = ip
     service = {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": metadata({"networking.istio.io/traffic-distribution": "PreferClose"}),
-        "spec": {
-            "type": type_of_service,
-            "ipFamilyPolicy": "PreferDualStack",
-            "ports": listener_ports(gateway, extra_listeners),
-            "selector": dict(selector),
-        },
+        "spec": service_spec,
     }
     autoscaler = {
         "apiVersion": "autoscaling/v2",

@@ -347,7 +347,10 @@ def translate_all(
     gateway_settings = (proxy_version,)
     gateway = stages.gateways.find(
         gateway_settings,
-        stages.services.reused and (not istio_gateways or not any(kind == "pods" for kind in known.kinds or ())),
+        stages.services.reused
+        and (
+            (not istio_gateways and not side.manual_gateways) or not any(kind == "pods" for kind in known.kinds or ())
+        ),
     )
     if gateway is None:
         gateway = stages.gateways.keep(

@@ -10,26 +10,35 @@ AuthorizationPolicies and RequestAuthentications that apply at ingress gateways,
 
 Rules:
 
-1. The pods take part only through the Istio Gateways' selectors: with no Istio Gateway, the value does not depend
-   on any pod (:mod:`~ambit.controlplane.translate.stage_memo` rule 5).
+1. The pods take part only through the Istio Gateways' selectors and the Services that Gateway API Gateways
+   deployed by hand name: with neither, the value does not depend on any pod
+   (:mod:`~ambit.controlplane.translate.stage_memo` rule 5).
+3. A Gateway deployed by hand (:mod:`~ambit.controlplane.translate.manual_gateways`) is read by the service account
+   of the first pod behind the Services it names, and policies select it by that pod's labels; with no such pod,
+   no one reads its config.
 2. A config's ``destination_rules`` here are what no DestinationRule gives: none for a waypoint, only the
    gateway's own client certificate for an ingress gateway.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from ambit.controlplane.translate.backendtls import with_gateway_client_certificate
 from ambit.controlplane.translate.envoyfilter_routes import merge_routes
 from ambit.controlplane.translate.envoyfilters import IngressProxy, PatchNote, translate_envoy_filters
+from ambit.controlplane.translate.fields import mapping as _mapping
+from ambit.controlplane.translate.fields import strings as _strings
+from ambit.controlplane.translate.fields import text as _text
 from ambit.controlplane.translate.gateway_policies import (
+    IngressPods,
     gateway_authorization_policies,
     gateway_request_authentications,
 )
 from ambit.controlplane.translate.istio_gateways import translate_istio_gateways
+from ambit.controlplane.translate.manual_gateways import backing_pod
 from ambit.controlplane.translate.meshconfig import MeshConfig
 from ambit.controlplane.translate.service_side import ServiceSide
 from ambit.controlplane.translate.skips import Skipped
@@ -88,7 +97,8 @@ def gateway_side(
         default_export_to=mesh.default_virtual_service_export_to,
     )
     gateway_api_keys = {p.key for p in side.ingress_pods}
-    ingress_pods = [*side.ingress_pods, *(g.as_ingress_pods() for g in classic.pods)]
+    backing = {key: backing_pod(requested, domain, services, pods) for key, requested in side.manual_gateways}
+    ingress_pods = [*_by_hand(side.ingress_pods, backing), *(g.as_ingress_pods() for g in classic.pods)]
     gateway_authz = gateway_authorization_policies(
         ingress_pods,
         side.waypoint_policies,
@@ -135,7 +145,7 @@ def gateway_side(
     return GatewaySide(
         waypoint_configs=waypoint_configs,
         gateway_configs=gateway_configs,
-        gateway_accounts=(*ingress.accounts, *classic.accounts),
+        gateway_accounts=(*_readers(ingress.accounts, backing), *classic.accounts),
         gateway_labels={p.key: p.labels for p in ingress_pods},
         envoy_filter_notes=envoy.notes,
         skips=tuple(skips),
@@ -148,3 +158,24 @@ def _with_trusted_proxies(patches: ProxyPatches, count: int | None) -> ProxyPatc
     if patches.xff_trusted_hops is not None or not count:
         return patches
     return replace(patches, xff_trusted_hops=count)
+
+
+def _by_hand(ingress_pods: Sequence[IngressPods], backing: Mapping[str, Obj | None]) -> list[IngressPods]:
+    """Rule 3: a Gateway deployed by hand as policies see it, by the labels of the pod behind its Services."""
+    out = []
+    for pods in ingress_pods:
+        pod = backing.get(pods.key)
+        labels = _strings(_mapping(pod.get("metadata")).get("labels")) if pod is not None else None
+        out.append(pods if labels is None else replace(pods, labels=labels))
+    return out
+
+
+def _readers(accounts: Iterable[tuple[str, str]], backing: Mapping[str, Obj | None]) -> list[tuple[str, str]]:
+    """Rule 3: who reads each Gateway API ingress gateway's config (none for one deployed by hand without pods)."""
+    out = []
+    for key, account in accounts:
+        if key not in backing:
+            out.append((key, account))
+        elif (pod := backing[key]) is not None:
+            out.append((key, _text(_mapping(pod.get("spec")).get("serviceAccountName")) or "default"))
+    return out

@@ -38,6 +38,7 @@ from ambit.controlplane.translate.gateway_policies import IngressPods
 from ambit.controlplane.translate.gateway_topology import gateway_forward_client_cert, gateway_trusted_proxies
 from ambit.controlplane.translate.ingress import IngressTranslation, translate_ingress
 from ambit.controlplane.translate.listeners import is_ingress
+from ambit.controlplane.translate.manual_gateways import Requested, is_managed, requested_services
 from ambit.controlplane.translate.meshconfig import MeshConfig
 from ambit.controlplane.translate.policies import PolicyStatus
 from ambit.controlplane.translate.requestauth import (
@@ -120,6 +121,9 @@ class ServiceSide:
     selectorless: frozenset[tuple[str, str]]
     """(namespace, name) of each Kubernetes Service without a selector: whose EndpointSlices the index reads."""
     skips: tuple[Skipped, ...]
+    manual_gateways: tuple[tuple[str, Requested], ...] = ()
+    """Gateway key → the Services it names, for each ingress Gateway deployed by hand
+    (:mod:`~ambit.controlplane.translate.manual_gateways`): the gateway stage finds the pods behind them."""
     config_maps: ConfigMapReads | None = None
     """The ConfigMaps this stage looked up (:mod:`~ambit.controlplane.translate.stage_memo` rule 9)."""
 
@@ -356,6 +360,9 @@ def service_side(
         },
         selectorless=frozenset(selectorless),
         skips=tuple(skips),
+        manual_gateways=tuple(
+            (_object_key(g), requested_services(g, domain)) for g in ingress_gateways if not is_managed(g)
+        ),
     )
 
 

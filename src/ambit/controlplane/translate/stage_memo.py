@@ -23,7 +23,8 @@ Rules:
 4. Service stage: reused while every changed object is of the pod side (:data:`POD_SIDE`: Pods, EndpointSlices,
    Nodes, WorkloadEntries) and the domain, cluster, trust domain and root namespace are the same.
 5. Gateway stage: reused while the service stage was, the proxy version is the same, and either no Pod changed or
-   no Istio Gateway exists to select pods.
+   no Istio Gateway exists to select pods and no Gateway API Gateway is deployed by hand (whose config the pods
+   behind its Services read).
 6. Service index: reused while the service stage was and no changed EndpointSlice is, or was when the index was
    made, one the index reads (a slice of a Service without a selector).
 7. Hand-added endpoints' workloads (:mod:`~ambit.controlplane.translate.endpointslices`): reused while the service
