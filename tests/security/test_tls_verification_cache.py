@@ -127,6 +127,24 @@ def test_a_chain_of_another_ca_is_refused_every_time_and_never_kept(native_recor
     assert counts(server_ctx) == (0, 3)
 
 
+def test_a_chain_kept_for_one_context_is_not_taken_by_a_context_of_other_roots(
+    native_records: None, tmp_path: Path
+) -> None:
+    """The cache is shared by the process's contexts, but a chain verified against one context's roots says nothing
+    to a context trusting others: each context's entries are its own."""
+    ours, theirs = LocalCa(tmp_path / "ours", trust_domain=TD), LocalCa(tmp_path / "theirs", trust_domain=TD)
+    client_ctx = contexts.client_context(issue(ours, "client"))
+    handshake(client_ctx, contexts.server_context(issue(ours, "server")))  # the client's chain kept for `ours`
+    # a server presenting a leaf the client trusts, but trusting only the other root for its clients
+    server = issue(ours, "server")
+    stranger_ctx = contexts.server_context(
+        WorkloadCertificate.from_chain(server.identity, (*server.chain_pem[:-1], theirs.roots_pem), server.key_pem)
+    )
+    with pytest.raises(ssl.SSLError):
+        handshake(client_ctx, stranger_ctx)
+    assert counts(stranger_ctx) == (0, 1)
+
+
 def test_a_host_name_to_match_is_never_answered_from_the_cache(native_records: None, tmp_path: Path) -> None:
     ca = LocalCa(tmp_path / "ca", trust_domain=TD)
     client_ctx = contexts.client_context(issue(ca, "client"))
@@ -138,19 +156,34 @@ def test_a_host_name_to_match_is_never_answered_from_the_cache(native_records: N
     assert counts(client_ctx) == (0, 1)
 
 
-def test_the_cache_holds_a_bounded_number_of_chains_and_replaces_the_oldest(
+def test_the_process_holds_a_bounded_number_of_chains_and_replaces_the_oldest(
     native_records: None, tmp_path: Path
 ) -> None:
+    """The cache is the process's, shared by every context (its memory bounded whatever the number of contexts),
+    each context keyed apart. Each handshake below between a fresh client context and the server keeps two chains
+    (the client's on the server's context, the server's on the client's), so half the size in clients fills it."""
+    module = native.selection().tls_records
+    assert module is not None
+    n = module.VERIFICATION_CACHE_ENTRIES // 2
     ca = LocalCa(tmp_path / "ca", trust_domain=TD)
-    server_ctx = contexts.server_context(issue(ca, "server"))
-    clients = [contexts.client_context(issue(ca, f"client-{i}")) for i in range(65)]
-    for client_ctx in clients:
+    server_cert = issue(ca, "server")
+    server_ctx = contexts.server_context(server_cert)
+    clients = [contexts.client_context(issue(ca, f"client-{i}")) for i in range(n + 1)]
+    for client_ctx in clients[:n]:
         handshake(client_ctx, server_ctx)
-    assert counts(server_ctx) == (0, 65)
-    handshake(clients[-1], server_ctx)
-    assert counts(server_ctx) == (1, 65)
-    handshake(clients[0], server_ctx)  # the first of 65 was replaced by the 65th (64 entries)
-    assert counts(server_ctx) == (1, 66)
+    assert counts(server_ctx) == (0, n)
+    handshake(clients[n - 1], server_ctx)
+    assert counts(server_ctx) == (1, n) and counts(clients[n - 1]) == (1, 1)
+    handshake(clients[n], server_ctx)  # full: the oldest two (the first client's) make room
+    assert counts(server_ctx) == (1, n + 1)
+    handshake(clients[0], server_ctx)
+    assert counts(server_ctx) == (1, n + 2) and counts(clients[0]) == (0, 2)  # both sides verified again
+    handshake(clients[n - 1], server_ctx)
+    assert counts(server_ctx) == (2, n + 2)
+    other_ctx = contexts.server_context(server_cert)  # the same certificate, another context: its own keys
+    handshake(clients[n - 1], other_ctx)
+    assert counts(other_ctx) == (0, 1)
+    assert counts(clients[n - 1]) == (3, 1)  # while the client's context knew the server's chain all along
 
 
 @pytest.mark.parametrize("path", ["python", "no-cache"])

@@ -8,6 +8,7 @@ READ_WANTS_WRITE: Final[int]
 READ_EOF: Final[int]
 READ_FAILED: Final[int]
 OPENSSL_VERSION_NUMBER: Final[int]
+VERIFICATION_CACHE_ENTRIES: Final[int]
 
 def cache_verification(context: ssl.SSLContext, options: int, verify_mode: int) -> None: ...
 def verification_counts(context: ssl.SSLContext, options: int, verify_mode: int) -> tuple[int, int] | None: ...

@@ -835,6 +835,7 @@ PyMODINIT_FUNC PyInit__tls_records(void)
         PyModule_AddIntConstant(m, "READ_WANTS_WRITE", READ_WANTS_WRITE) < 0 ||
         PyModule_AddIntConstant(m, "READ_EOF", READ_EOF) < 0 ||
         PyModule_AddIntConstant(m, "READ_FAILED", READ_FAILED) < 0 ||
+        PyModule_AddIntConstant(m, "VERIFICATION_CACHE_ENTRIES", verify_cache_entries()) < 0 ||
         PyModule_AddObject(m, "OPENSSL_VERSION_NUMBER", PyLong_FromUnsignedLong(OpenSSL_version_num())) < 0) {
         Py_DECREF(m);
         return NULL;

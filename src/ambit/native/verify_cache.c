@@ -17,16 +17,17 @@
  * never changes an HBONE context afterwards, a new root means a new context and so a new cache), the SSL's role
  * (purpose) and the time, which is checked again on every hit. The peer's proof of possession of the leaf's key
  * (CertificateVerify over the handshake) is not part of it: OpenSSL checks it on every handshake, cache or not, so a
- * replayed chain is worth nothing without its key. The cache holds only chains that verified, at most ENTRIES per
- * context, replaced in turn; a peer cannot make it grow or hold unverified data.
+ * replayed chain is worth nothing without its key. The cache holds only chains that verified, at most ENTRIES in the
+ * process (about 5 KiB each), replaced in turn; a peer cannot make it grow or hold unverified data.
  *
  * Threads: the callback runs inside SSL_do_handshake, with the GIL released by _ssl; the cache has its own lock and
- * touches no Python object. The cache lives as long as its SSL_CTX (ex_data with a free function).
+ * touches no Python object. Each context has a number of its own (ex_data, freed with it) that starts its keys.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include <pthread.h>
+#include <stdint.h>
 #include <string.h>
 #include <time.h>
 
@@ -39,9 +40,9 @@
 
 #include "verify_cache.h"
 
-#define ENTRIES 64
+#define ENTRIES 256
 #define MAX_CERTS 4
-#define KEY_MAX (1 + MAX_CERTS * 32)
+#define KEY_MAX (8 + 1 + MAX_CERTS * 32)
 
 typedef struct {
     unsigned char key[KEY_MAX];
@@ -49,25 +50,28 @@ typedef struct {
     STACK_OF(X509) *chain; /* as X509_verify_cert built it, leaf first; owned; NULL: a free entry */
 } Entry;
 
+/* One per SSL_CTX (ex_data, freed with it): the context's number in the keys, and what it was answered. */
 typedef struct {
+    uint64_t id;
+    unsigned long hits, misses;
+} Context;
+
+/* The process's cache, shared by every context: its size bounds the memory whatever the number of contexts (a
+ * cached chain holds about 5 KiB: the peer's parsed leaf). Keys start with the context's number, never reused, so
+ * an entry of a context that was freed can only age out. */
+static struct {
     pthread_mutex_t lock;
     Entry entries[ENTRIES];
     unsigned next; /* the entry the next insertion replaces */
-    unsigned long hits, misses;
-} Cache;
+    uint64_t contexts; /* numbers given so far */
+} cache = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static int ex_index = -1;
 
-static void cache_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, long argl, void *argp)
+static void context_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, long argl, void *argp)
 {
     (void)parent, (void)ad, (void)idx, (void)argl, (void)argp;
-    Cache *cache = ptr;
-    if (cache == NULL)
-        return;
-    for (unsigned i = 0; i < ENTRIES; i++)
-        sk_X509_pop_free(cache->entries[i].chain, X509_free);
-    pthread_mutex_destroy(&cache->lock);
-    OPENSSL_free(cache);
+    OPENSSL_free(ptr); /* NULL: nothing */
 }
 
 /* Whether this verification may be answered from the cache: parameters that make the result depend on more than
@@ -86,9 +90,9 @@ static int cacheable(X509_STORE_CTX *store)
     return (flags & (X509_V_FLAG_USE_CHECK_TIME | X509_V_FLAG_CRL_CHECK | X509_V_FLAG_CRL_CHECK_ALL)) == 0;
 }
 
-/* The key of the presented chain: the SSL's role, then the SHA-256 of each certificate's DER (the leaf, then the
+/* The key of the presented chain: the context's number, the SSL's role, then the SHA-256 of each certificate's DER (the leaf, then the
  * rest the peer sent). 0 when it cannot be made (too many certificates, no SSL, a digest failure). */
-static int chain_key(X509_STORE_CTX *store, unsigned char *key, size_t *key_len)
+static int chain_key(const Context *context, X509_STORE_CTX *store, unsigned char *key, size_t *key_len)
 {
     SSL *ssl = X509_STORE_CTX_get_ex_data(store, SSL_get_ex_data_X509_STORE_CTX_idx());
     X509 *leaf = X509_STORE_CTX_get0_cert(store);
@@ -99,6 +103,8 @@ static int chain_key(X509_STORE_CTX *store, unsigned char *key, size_t *key_len)
     if (n < 0 || n > MAX_CERTS)
         return 0;
     size_t at = 0;
+    for (int shift = 56; shift >= 0; shift -= 8)
+        key[at++] = (unsigned char)(context->id >> shift);
     key[at++] = SSL_is_server(ssl) ? 's' : 'c';
     for (int i = -1; i < n; i++) {
         X509 *cert = i < 0 ? leaf : sk_X509_value(untrusted, i);
@@ -147,20 +153,20 @@ static STACK_OF(X509) *share(STACK_OF(X509) *chain)
 
 static int verify(X509_STORE_CTX *store, void *arg)
 {
-    Cache *cache = arg;
+    Context *context = arg;
     unsigned char key[KEY_MAX];
     size_t key_len = 0;
     /* What the probes below push on this thread's error queue (get1_ip_asc says "passed a null parameter" when
      * there is no IP) must not outlive them: libssl would report it on the connection's next read. */
     ERR_set_mark();
-    int usable = cache != NULL && cacheable(store) && chain_key(store, key, &key_len);
+    int usable = context != NULL && cacheable(store) && chain_key(context, store, key, &key_len);
     ERR_pop_to_mark();
     if (!usable)
         return X509_verify_cert(store);
     STACK_OF(X509) *found = NULL;
-    pthread_mutex_lock(&cache->lock);
+    pthread_mutex_lock(&cache.lock);
     for (unsigned i = 0; i < ENTRIES; i++) {
-        Entry *entry = &cache->entries[i];
+        Entry *entry = &cache.entries[i];
         if (entry->chain != NULL && entry->key_len == key_len && memcmp(entry->key, key, key_len) == 0) {
             if (still_valid(entry->chain))
                 found = share(entry->chain);
@@ -168,10 +174,10 @@ static int verify(X509_STORE_CTX *store, void *arg)
         }
     }
     if (found != NULL)
-        cache->hits++;
+        context->hits++;
     else
-        cache->misses++;
-    pthread_mutex_unlock(&cache->lock);
+        context->misses++;
+    pthread_mutex_unlock(&cache.lock);
     if (found != NULL) {
         X509_STORE_CTX_set0_verified_chain(store, found); /* the store owns it now; libssl copies it for the SSL */
         X509_STORE_CTX_set_error(store, X509_V_OK);
@@ -183,21 +189,21 @@ static int verify(X509_STORE_CTX *store, void *arg)
     STACK_OF(X509) *verified = X509_STORE_CTX_get1_chain(store);
     if (verified == NULL)
         return ok; /* out of memory: not cached, the verification stands */
-    pthread_mutex_lock(&cache->lock);
+    pthread_mutex_lock(&cache.lock);
     Entry *slot = NULL;
     for (unsigned i = 0; i < ENTRIES && slot == NULL; i++)
-        if (cache->entries[i].chain != NULL && cache->entries[i].key_len == key_len &&
-            memcmp(cache->entries[i].key, key, key_len) == 0)
-            slot = &cache->entries[i]; /* the same chain again (it had expired, or two handshakes raced) */
+        if (cache.entries[i].chain != NULL && cache.entries[i].key_len == key_len &&
+            memcmp(cache.entries[i].key, key, key_len) == 0)
+            slot = &cache.entries[i]; /* the same chain again (it had expired, or two handshakes raced) */
     if (slot == NULL) {
-        slot = &cache->entries[cache->next];
-        cache->next = (cache->next + 1) % ENTRIES;
+        slot = &cache.entries[cache.next];
+        cache.next = (cache.next + 1) % ENTRIES;
     }
     STACK_OF(X509) *old = slot->chain;
     memcpy(slot->key, key, key_len);
     slot->key_len = key_len;
     slot->chain = verified;
-    pthread_mutex_unlock(&cache->lock);
+    pthread_mutex_unlock(&cache.lock);
     sk_X509_pop_free(old, X509_free); /* NULL: nothing */
     return ok;
 }
@@ -205,7 +211,7 @@ static int verify(X509_STORE_CTX *store, void *arg)
 int verify_cache_init(void)
 {
     if (ex_index < 0)
-        ex_index = SSL_CTX_get_ex_new_index(0, NULL, NULL, NULL, cache_free);
+        ex_index = SSL_CTX_get_ex_new_index(0, NULL, NULL, NULL, context_free);
     return ex_index < 0 ? -1 : 0;
 }
 
@@ -213,30 +219,33 @@ int verify_cache_install(SSL_CTX *ctx)
 {
     if (SSL_CTX_get_ex_data(ctx, ex_index) != NULL)
         return 1; /* already there */
-    Cache *cache = OPENSSL_zalloc(sizeof *cache);
-    if (cache == NULL)
+    Context *context = OPENSSL_zalloc(sizeof *context);
+    if (context == NULL)
         return 0;
-    if (pthread_mutex_init(&cache->lock, NULL) != 0) {
-        OPENSSL_free(cache);
-        return 0;
-    }
-    if (!SSL_CTX_set_ex_data(ctx, ex_index, cache)) {
-        pthread_mutex_destroy(&cache->lock);
-        OPENSSL_free(cache);
+    pthread_mutex_lock(&cache.lock);
+    context->id = ++cache.contexts;
+    pthread_mutex_unlock(&cache.lock);
+    if (!SSL_CTX_set_ex_data(ctx, ex_index, context)) {
+        OPENSSL_free(context);
         return 0;
     }
-    SSL_CTX_set_cert_verify_callback(ctx, verify, cache);
+    SSL_CTX_set_cert_verify_callback(ctx, verify, context);
     return 1;
 }
 
 int verify_cache_counts(SSL_CTX *ctx, unsigned long *hits, unsigned long *misses)
 {
-    Cache *cache = SSL_CTX_get_ex_data(ctx, ex_index);
-    if (cache == NULL)
+    Context *context = SSL_CTX_get_ex_data(ctx, ex_index);
+    if (context == NULL)
         return 0;
-    pthread_mutex_lock(&cache->lock);
-    *hits = cache->hits;
-    *misses = cache->misses;
-    pthread_mutex_unlock(&cache->lock);
+    pthread_mutex_lock(&cache.lock);
+    *hits = context->hits;
+    *misses = context->misses;
+    pthread_mutex_unlock(&cache.lock);
     return 1;
+}
+
+int verify_cache_entries(void)
+{
+    return ENTRIES;
 }

@@ -1,4 +1,4 @@
-/* A cache of certificate chain verifications per SSL_CTX (verify_cache.c). */
+/* A cache of certificate chain verifications for HBONE contexts (verify_cache.c). */
 #ifndef AMBIT_VERIFY_CACHE_H
 #define AMBIT_VERIFY_CACHE_H
 
@@ -10,5 +10,7 @@ int verify_cache_init(void);
 int verify_cache_install(SSL_CTX *ctx);
 /* The cache's hits and misses so far; 0 when ctx has none. */
 int verify_cache_counts(SSL_CTX *ctx, unsigned long *hits, unsigned long *misses);
+/* How many chains the process's cache holds at most. */
+int verify_cache_entries(void);
 
 #endif
