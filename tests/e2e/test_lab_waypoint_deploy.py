@@ -82,7 +82,10 @@ def test_apply_deploys_a_waypoint_pod_that_reaches_the_control_plane_and_delete_
 
         gateway = wait_until("the Gateway is Programmed", programmed, timeout=120)
         host = f"waypoint.{NS}.svc.cluster.local"
-        assert gateway["status"]["addresses"] == [{"type": "Hostname", "value": host}]
+        ip = lab.get("service", "waypoint", "-n", NS)["spec"]["clusterIP"]
+        # as istiod reports them for the waypoint class: the Service's cluster IP, then its hostname
+        wanted = [{"type": "IPAddress", "value": ip}, {"type": "Hostname", "value": host}]
+        assert gateway["status"]["addresses"] == wanted
         listed = ambit("waypoint", "list", "-n", NS, "--kubeconfig", kubeconfig).stdout.splitlines()
         assert listed[1].split() == ["waypoint", "default", "service", "True"]
 
