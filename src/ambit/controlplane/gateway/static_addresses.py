@@ -51,7 +51,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ambit.controlplane.gateway.status import MESSAGE_MAX, condition
+from ambit.controlplane.gateway.status import MESSAGE_MAX, cluster_ips, condition
 from ambit.controlplane.translate.manual_gateways import HOSTNAME, IP_ADDRESS, Requested, service_key
 
 __all__ = [
@@ -178,15 +178,6 @@ def _external(service: Obj) -> list[str]:
     return out
 
 
-def _cluster_ips(service: Obj) -> list[str]:
-    spec = service.get("spec")
-    if not isinstance(spec, Mapping):
-        return []
-    ips = spec.get("clusterIPs")
-    found = [ip for ip in ips if isinstance(ip, str)] if isinstance(ips, list) else [spec.get("clusterIP")]
-    return [ip for ip in found if isinstance(ip, str) and ip and ip != "None"]
-
-
 def resolve(
     namespace: str, hostnames: Sequence[str], ports: Iterable[int], lookup: ServiceLookup, domain: str
 ) -> Resolution:
@@ -221,7 +212,7 @@ def resolve(
         for port in wanted_ports:
             if port in with_endpoints:
                 internal.add(f"{host}:{port}")
-                internal_ips.update(_cluster_ips(service))
+                internal_ips.update(cluster_ips(service))
                 if found := _external(service):
                     external.update(found)
                 elif kind == "LoadBalancer" and host not in pending:

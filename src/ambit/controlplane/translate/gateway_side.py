@@ -13,11 +13,11 @@ Rules:
 1. The pods take part only through the Istio Gateways' selectors and the Services that Gateway API Gateways
    deployed by hand name: with neither, the value does not depend on any pod
    (:mod:`~ambit.controlplane.translate.stage_memo` rule 5).
+2. A config's ``destination_rules`` here are what no DestinationRule gives: none for a waypoint, only the
+   gateway's own client certificate for an ingress gateway.
 3. A Gateway deployed by hand (:mod:`~ambit.controlplane.translate.manual_gateways`) is read by the service account
    of the first pod behind the Services it names, and policies select it by that pod's labels; with no such pod,
    no one reads its config.
-2. A config's ``destination_rules`` here are what no DestinationRule gives: none for a waypoint, only the
-   gateway's own client certificate for an ingress gateway.
 """
 
 from __future__ import annotations
