@@ -405,6 +405,80 @@ async def test_a_failing_liveness_probe_restarts_the_container(kube: KubeClient,
     assert "Liveness probe failed: dial tcp 127.0.0.1" in unhealthy[0]["note"]
 
 
+LATE_LISTENER = """
+import socket, sys, time
+time.sleep(float(sys.argv[2]))
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen()
+while True:
+    s.accept()[0].close()
+"""
+
+
+async def test_a_startup_probe_holds_the_other_probes_then_readiness_is_probed_at_once(
+    kube: KubeClient, start_runtime: Start
+) -> None:
+    """Istio's gateway template: a startup probe every second, a readiness probe every 15 s (here 60). The kubelet
+    runs neither readiness nor liveness before the startup probe passed, then probes readiness at once: the pod is
+    ready about when its port opens, not a readiness period later; no readiness or liveness attempt failed."""
+    await start_runtime()
+    port = free_port()
+    tcp = {"tcpSocket": {"port": port}}
+    app = container(
+        "app",
+        LATE_LISTENER,
+        args=[str(port), "1.5"],
+        startupProbe={**tcp, "periodSeconds": 1, "failureThreshold": 30},
+        readinessProbe={**tcp, "periodSeconds": 60},
+        livenessProbe={**tcp, "periodSeconds": 60, "failureThreshold": 1},
+    )
+    await kube.create(kinds.PODS, pod_manifest("late", app))
+
+    async def running_unstarted() -> dict[str, Any] | None:
+        pod = await get_pod(kube, "late")
+        status = container_state(pod) if pod else {}
+        return pod if "running" in (status.get("state") or {}) else None
+
+    pod = await eventually(running_unstarted)
+    assert container_state(pod)["started"] is False
+    assert container_state(pod)["ready"] is False
+
+    async def ready() -> dict[str, Any] | None:
+        pod = await get_pod(kube, "late")
+        return pod if pod and condition(pod, "Ready").get("status") == "True" else None
+
+    pod = await eventually(ready)  # within 8 s: a readiness probe waiting for its period would take 60
+    assert container_state(pod)["started"] is True
+    assert container_state(pod)["restartCount"] == 0
+    notes = [e["note"] for e in await events(kube, "Unhealthy")]
+    assert notes and all(note.startswith("Startup probe failed: dial tcp") for note in notes), notes
+
+
+async def test_a_failing_startup_probe_restarts_the_container(kube: KubeClient, start_runtime: Start) -> None:
+    await start_runtime()
+    dead = {"tcpSocket": {"port": free_port()}, "periodSeconds": 1}
+    app = container(
+        "app",
+        POLITE,
+        startupProbe={**dead, "failureThreshold": 2},
+        livenessProbe={**dead, "failureThreshold": 1},  # would restart it too, were it run before startup
+    )
+    await kube.create(kinds.PODS, pod_manifest("slow", app))
+
+    async def restarted() -> dict[str, Any] | None:
+        pod = await get_pod(kube, "slow")
+        return pod if pod and container_state(pod).get("restartCount", 0) >= 1 else None
+
+    pod = await eventually(restarted)
+    assert container_state(pod)["started"] is False
+    killing = [e["note"] for e in await eventually(lambda: events(kube, "Killing"))]
+    assert all("failed startup probe" in note for note in killing), killing
+    notes = [e["note"] for e in await events(kube, "Unhealthy")]
+    assert notes and all(note.startswith("Startup probe failed: dial tcp 127.0.0.1") for note in notes), notes
+
+
 async def test_a_host_network_pod_runs_without_a_sandbox(
     kube: KubeClient, start_runtime: Start, sandboxes: FakeSandboxes
 ) -> None:

@@ -11,6 +11,7 @@ from ambit.lab.runtime.containers import (
     Exited,
     Phase,
     Started,
+    StartupPassed,
     StopRequested,
     container_status,
     crash_loop_backoff,
@@ -38,6 +39,32 @@ def test_a_container_starts_and_shows_running_with_its_pid() -> None:
     assert status["lastState"] == {}
     assert status["image"] == "img"
     assert status["imageID"] == ""
+
+
+def test_a_container_with_a_startup_probe_is_started_only_once_it_passed() -> None:
+    """Rule 9: the status's ``started`` waits for the startup probe, per instance."""
+    s = state()
+    s.apply(Started(42, T0, startup_probe=True))
+    assert s.phase is Phase.RUNNING
+    assert container_status(s, "img", POD)["started"] is False
+    s.apply(StartupPassed())
+    assert container_status(s, "img", POD)["started"] is True
+    s.apply(Exited(1, T0 + 5))
+    assert container_status(s, "img", POD)["started"] is False
+    s.apply(Started(43, T0 + 6, startup_probe=True))  # the next instance is probed again
+    assert container_status(s, "img", POD)["started"] is False
+    with pytest.raises(ContainerStateError):
+        state().apply(StartupPassed())  # nothing runs yet
+
+
+@pytest.mark.parametrize(("reported", "started"), [(None, True), (True, True), (False, False)])
+def test_restore_keeps_whether_the_instance_had_started(reported: bool | None, started: bool) -> None:
+    s = state()
+    status: dict[str, object] = {"state": {"running": {"startedAt": "2023-11-14T22:13:20Z"}}}
+    if reported is not None:
+        status["started"] = reported
+    s.restore(status, pid=77)
+    assert s.started is started
 
 
 def test_a_new_container_waits_as_container_creating() -> None:

@@ -106,3 +106,48 @@ async def test_the_worker_waits_the_initial_delay_then_probes_every_period() -> 
     assert slept == [5, 2, 2, 2, 2, 2, 2]
     assert verdicts == [True, False]
     assert failures == ["refused"] * 4
+
+
+async def run_startup(spec: ProbeSpec, outcomes: list[ProbeResult]) -> tuple[bool, list[float], list[str]]:
+    remaining = iter(outcomes)
+    slept: list[float] = []
+    failures: list[str] = []
+
+    async def attempt(_spec: ProbeSpec, _target: ProbeTarget) -> tuple[ProbeResult, str]:
+        result = next(remaining)  # running past the outcomes is a failure of the test (StopIteration)
+        return result, "" if result is OK else "refused"
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    def verdict(healthy: bool, message: str) -> None:
+        raise AssertionError("a startup probe reports by its return value")
+
+    worker = ProbeWorker(
+        spec,
+        ProbeTracker.startup(spec),
+        ProbeTarget("10.0.0.1", "", {}),
+        verdict,
+        on_failure=failures.append,
+        sleep=sleep,
+        attempt=attempt,
+    )
+    return await worker.run_until_verdict(), slept, failures
+
+
+async def test_a_startup_probe_runs_until_its_first_success() -> None:
+    """Rule 4: one success is enough (a successThreshold above 1 is not the startup probe's), and it stops."""
+    probe = {"tcpSocket": {"port": 1}, "initialDelaySeconds": 1, "periodSeconds": 1, "failureThreshold": 30}
+    spec = ProbeSpec.parse({**probe, "successThreshold": 3}, CONTAINER)
+    passed, slept, failures = await run_startup(spec, [FAIL, FAIL, OK])
+    assert passed is True
+    assert slept == [1, 1, 1]  # the initial delay, then a period after each failure; none after the success
+    assert failures == ["refused", "refused"]
+
+
+async def test_a_startup_probe_fails_out_after_its_failure_threshold_in_a_row() -> None:
+    spec = ProbeSpec.parse({"tcpSocket": {"port": 1}, "periodSeconds": 2, "failureThreshold": 3}, CONTAINER)
+    passed, slept, failures = await run_startup(spec, [FAIL, FAIL, FAIL])
+    assert passed is False
+    assert slept == [2, 2]
+    assert len(failures) == 3

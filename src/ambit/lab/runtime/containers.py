@@ -29,6 +29,9 @@ Rule 7. ``StopRequested`` out of BACKING_OFF ends in EXITED at once (there is no
 Rule 8. ``ConfigFailed`` out of RUNNING is an instance the container runtime could not create or start (its
         process never ran): the container waits in CONFIG_ERROR with the runtime's reason and message; nothing is
         counted as a restart and no termination is recorded.
+Rule 9. ``started`` (the status's ``started``) is true while RUNNING once the startup probe passed: an instance of a
+        container with a startup probe (``Started.startup_probe``) starts unstarted, and :class:`StartupPassed`
+        marks it started; without one it is started as soon as it runs (the kubelet's ``UpdatePodStatus``).
 """
 
 from __future__ import annotations
@@ -75,6 +78,13 @@ class Phase(enum.Enum):
 class Started:
     pid: int
     at: float
+    startup_probe: bool = False
+    """The container has a startup probe: the instance is not ``started`` until :class:`StartupPassed` (rule 9)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StartupPassed:
+    """The running instance's startup probe succeeded (rule 9)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,12 +108,13 @@ class StopRequested:
     pass
 
 
-ContainerEvent = Started | ConfigFailed | Exited | StopRequested
+ContainerEvent = Started | StartupPassed | ConfigFailed | Exited | StopRequested
 
 _WAITING = (Phase.CREATING, Phase.CONFIG_ERROR, Phase.BACKING_OFF)
 _TRANSITIONS: dict[tuple[Phase, type[ContainerEvent]], tuple[Phase, ...]] = {
     **{(p, Started): (Phase.RUNNING,) for p in _WAITING},
     **{(p, ConfigFailed): (Phase.CONFIG_ERROR,) for p in _WAITING},
+    (Phase.RUNNING, StartupPassed): (Phase.RUNNING,),
     (Phase.RUNNING, Exited): (Phase.BACKING_OFF, Phase.EXITED),
     (Phase.RUNNING, ConfigFailed): (Phase.CONFIG_ERROR,),
 }
@@ -133,6 +144,8 @@ class ContainerState:
     pid: int | None = None
     started_at: float | None = None
     ready: bool = False
+    startup_passed: bool = True
+    """Rule 9: false from the ``Started`` of an instance with a startup probe until its ``StartupPassed``."""
     message: str = ""
     """Why the container waits (CONFIG_ERROR)."""
     reason: str = "CreateContainerConfigError"
@@ -156,6 +169,9 @@ class ContainerState:
                 self.restart_count += 1
             self.phase, self.pid, self.started_at = Phase.RUNNING, event.pid, event.at
             self.ready, self.message = False, ""
+            self.startup_passed = not event.startup_probe
+        elif isinstance(event, StartupPassed):
+            self.startup_passed = True
         elif isinstance(event, ConfigFailed):
             if self.phase is Phase.RUNNING:  # rule 8: the instance never ran, its Started counts for nothing
                 self.pid, self.started_at, self.ready = None, None, False
@@ -202,6 +218,7 @@ class ContainerState:
         running = (status.get("state") or {}).get("running") or {}
         self.started_at = parse_rfc3339(running.get("startedAt"))
         self.phase, self.pid = Phase.RUNNING, pid
+        self.startup_passed = status.get("started") is not False  # a started instance is not probed for it again
 
     def resume_exited(self, status: Mapping[str, Any]) -> None:
         """Take over a container reported terminated: it stays EXITED unless its restart policy restarts it."""
@@ -217,7 +234,7 @@ class ContainerState:
 
     @property
     def started(self) -> bool:
-        return self.phase is Phase.RUNNING
+        return self.phase is Phase.RUNNING and self.startup_passed
 
 
 def container_id(pid: int) -> str:

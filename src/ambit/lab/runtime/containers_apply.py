@@ -19,12 +19,20 @@ import contextlib
 import logging
 import signal
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ambit.errors import AmbitError
-from ambit.lab.runtime.containers import ConfigFailed, ContainerState, Exited, Phase, Started, StopRequested
+from ambit.lab.runtime.containers import (
+    ConfigFailed,
+    ContainerState,
+    Exited,
+    Phase,
+    Started,
+    StartupPassed,
+    StopRequested,
+)
 from ambit.lab.runtime.oci_spec import BundlePaths
 from ambit.lab.runtime.probes import ProbeConfigError, ProbeSpec, ProbeTarget, ProbeTracker, ProbeWorker
 from ambit.lab.runtime.processes import KILL_WAIT, ProcessHandle, signal_group, spawn, wait_exit
@@ -240,7 +248,7 @@ class ContainerSupervisor:
                     continue
             if handle is None:
                 assert launch is not None
-                handle = await self._start_instance(launch)
+                handle = await self._start_instance(launch, startup_probe="startupProbe" in probes)
                 if handle is None:
                     continue
             code = await self._supervise(handle, launch, probes)
@@ -256,7 +264,7 @@ class ContainerSupervisor:
 
     def _probe_specs(self) -> dict[str, ProbeSpec]:
         probes = {}
-        for key in ("readinessProbe", "livenessProbe"):
+        for key in ("startupProbe", "readinessProbe", "livenessProbe"):
             probe = self.spec.get(key)
             if isinstance(probe, dict):
                 try:
@@ -265,7 +273,7 @@ class ContainerSupervisor:
                     raise ContainerConfigError(f"{key}: {exc}", retry=False) from None
         return probes
 
-    async def _start_instance(self, launch: LaunchSpec) -> ProcessHandle | None:
+    async def _start_instance(self, launch: LaunchSpec, *, startup_probe: bool) -> ProcessHandle | None:
         now = self._clock()
         try:
             handle = self._runtime.spawn(launch)
@@ -279,7 +287,7 @@ class ContainerSupervisor:
             self._exited(START_ERROR if isinstance(exc, FileNotFoundError) else 126, message, start_error=True)
             return None
         self._handle = handle
-        self.state.apply(Started(handle.pid, now))
+        self.state.apply(Started(handle.pid, now, startup_probe))
         await self.hooks.spawned(self.name, handle)
         self.hooks.event("Normal", "Started", f"Started container {self.name}")
         self.hooks.changed()
@@ -306,15 +314,15 @@ class ContainerSupervisor:
         """Wait for the instance to exit, probing it meanwhile; a failed liveness probe terminates it."""
         self._handle = handle
         loop = asyncio.get_running_loop()
-        if "readinessProbe" not in probes:
+        startup = probes.get("startupProbe") if launch is not None and not self.state.startup_passed else None
+        if startup is None and "readinessProbe" not in probes:
             self.state.ready = True
             self.hooks.changed()
         unhealthy = asyncio.Event()
-        tasks = [
-            loop.create_task(self._probe(key, spec, launch, unhealthy), name=f"probe {self.name} {key}")
-            for key, spec in probes.items()
-            if launch is not None
-        ]
+        tasks = []
+        if launch is not None:
+            probing = self._probe_all(startup, probes, launch, unhealthy)
+            tasks.append(loop.create_task(probing, name=f"probes {self.name}"))
         exit_task = loop.create_task(wait_exit(handle), name=f"container {self.name} pid {handle.pid}")
         kill_task = loop.create_task(unhealthy.wait())
         try:
@@ -332,6 +340,42 @@ class ContainerSupervisor:
             for task in (*tasks, kill_task, exit_task):
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+
+    async def _probe_all(
+        self, startup: ProbeSpec | None, probes: dict[str, ProbeSpec], launch: LaunchSpec, unhealthy: asyncio.Event
+    ) -> None:
+        """The startup probe until it passes (probes.py rule 4), then the readiness and liveness probes side by
+        side; a startup probe that fails out kills the instance as a failed liveness probe does."""
+        others = {key: spec for key, spec in probes.items() if key != "startupProbe"}
+        if startup is not None:
+            if not await self._startup(startup, launch):
+                note = f"Container {self.name} failed startup probe, will be restarted"
+                self.hooks.event("Normal", "Killing", note)
+                unhealthy.set()
+                return
+            self.state.apply(StartupPassed())
+            if "readinessProbe" not in others:
+                self.state.ready = True
+            self.hooks.changed()
+            # Their initial delays count from the container's start; the readiness probe's first attempt is now.
+            elapsed = self._clock() - (self.state.started_at or self._clock())
+            others = {
+                key: replace(spec, initial_delay=max(0.0, spec.initial_delay - elapsed)) for key, spec in others.items()
+            }
+        await asyncio.gather(*(self._probe(key, spec, launch, unhealthy) for key, spec in others.items()))
+
+    async def _startup(self, spec: ProbeSpec, launch: LaunchSpec) -> bool:
+        def failed(message: str) -> None:
+            self.hooks.event("Warning", "Unhealthy", f"Startup probe failed: {message}")
+
+        worker = ProbeWorker(spec, ProbeTracker.startup(spec), launch.target, lambda *_: None, on_failure=failed)
+        try:
+            return await worker.run_until_verdict()
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a bug in probing: take the container as started rather than leave it unstarted
+            log.exception("container %s: startup probe failed to run", self.name)
+            return True
 
     async def _probe(self, key: str, spec: ProbeSpec, launch: LaunchSpec, unhealthy: asyncio.Event) -> None:
         kind = "Readiness" if key == "readinessProbe" else "Liveness"

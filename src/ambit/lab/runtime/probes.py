@@ -15,6 +15,12 @@ Rules of the tracker (the kubelet's ``prober`` worker):
    consecutive failures (to unhealthy); any other outcome resets the opposite run.
 2. A readiness probe starts unhealthy (not ready); a liveness probe starts healthy.
 3. An attempt that times out, cannot connect, answers an HTTP status outside 200-399, or exits non-zero, fails.
+4. A startup probe starts unhealthy and runs only until its first verdict (:meth:`ProbeWorker.run_until_verdict`):
+   one success (its ``successThreshold`` must be 1) and the container has started; ``failureThreshold``
+   consecutive failures and it is restarted. Readiness and liveness probes wait for it; once it passed, the
+   readiness probe runs at once rather than at its next period (the kubelet triggers it by hand), so a container
+   whose startup probe is frequent and readiness probe rare (Istio's gateways: 1 s and 15 s) is ready within a
+   second of answering, not fifteen. Their ``initialDelaySeconds`` still count from the container's start.
 """
 
 from __future__ import annotations
@@ -142,6 +148,15 @@ class ProbeTracker:
     @classmethod
     def liveness(cls, spec: ProbeSpec) -> ProbeTracker:
         return cls(1, spec.failure_threshold, healthy=True)
+
+    @classmethod
+    def startup(cls, spec: ProbeSpec) -> ProbeTracker:
+        return cls(1, spec.failure_threshold, healthy=False)
+
+    @property
+    def failed_out(self) -> bool:
+        """Unhealthy with ``failure_threshold`` consecutive failures: a startup probe's failing verdict (rule 4)."""
+        return not self.healthy and self.failures >= self.failure_threshold
 
     def observe(self, result: ProbeResult) -> bool:
         """Count one outcome; True when the verdict changed."""
@@ -289,6 +304,22 @@ class ProbeWorker:
         self._on_failure = on_failure
         self._sleep = sleep
         self._attempt = attempt
+
+    async def run_until_verdict(self) -> bool:
+        """Probe until the tracker turns healthy (True) or has failed out (False): a startup probe (rule 4).
+        ``on_verdict`` is not called; ``on_failure`` is, after every failed attempt."""
+        if self.spec.initial_delay:
+            await self._sleep(self.spec.initial_delay)
+        while True:
+            result, message = await self._attempt(self.spec, self.target)
+            if result is ProbeResult.FAILURE and self._on_failure is not None:
+                self._on_failure(message)
+            self.tracker.observe(result)
+            if self.tracker.healthy:
+                return True
+            if self.tracker.failed_out:
+                return False
+            await self._sleep(self.spec.period)
 
     async def run(self) -> None:
         if self.spec.initial_delay:
