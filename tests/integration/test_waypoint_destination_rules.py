@@ -478,10 +478,18 @@ async def test_requests_over_the_pool_limits_overflow_with_503(
         await asyncio.sleep(0.1)
         done = [t for t in tasks if t.done()]
         assert [(t.result()[0], t.result()[2]) for t in done] == [(503, OVERFLOW)]
+        overflowed = done[0].result()[1]
+        assert (overflowed["x-envoy-overloaded"], overflowed["server"]) == ("true", "istio-envoy")
+        assert "x-envoy-upstream-service-time" not in overflowed  # a local answer
         assert len(arrived) == reaching
         release.set()
-        results = sorted([(await t)[0] for t in tasks])
-        assert results == sorted(statuses)
+        answers = [await t for t in tasks]
+        assert sorted(status for status, _, _ in answers) == sorted(statuses)
+        for status, headers, _ in answers:
+            if status == 200:  # held ~0.1 s at the endpoint: the router's service time says so
+                assert int(headers["x-envoy-upstream-service-time"]) >= 100, headers
+                assert (headers["server"], "x-envoy-overloaded" in headers) == ("istio-envoy", False)
+                assert headers["date"].endswith(" GMT")
         assert len(arrived) == 2
         for client in clients:
             await client.aclose()

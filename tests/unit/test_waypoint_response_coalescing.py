@@ -228,14 +228,15 @@ def _server() -> ServerSide:
 async def test_the_http1_client_side_writes_head_body_and_end_at_once_as_the_same_bytes() -> None:
     headers = [("content-type", "text/plain"), ("transfer-encoding", "chunked")]
     piecewise = _server()
+    base = [*headers, ("date", "Mon, 07 Dec 2026 10:00:00 GMT")]  # an endpoint's date is kept
     expected = (
-        piecewise.send_response(200, headers, "OK")
+        piecewise.send_response(200, [*base, ("server", "istio-envoy")], "OK")
         + piecewise.send_body(b"hello")
         + piecewise.end_response([("x-checksum", "1")])
     )
     stream = Written()
     down = Downstream(Context(), stream, _server())  # type: ignore[arg-type]
-    await down.start_response(200, headers, "OK", body=b"hello", end=True, trailers=[("x-checksum", "1")])
+    await down.start_response(200, base, "OK", body=b"hello", end=True, trailers=[("x-checksum", "1")])
     assert stream.writes == [expected]
     assert b"0\r\nx-checksum: 1\r\n\r\n" in expected
 

@@ -40,6 +40,7 @@ from ambit.waypoint.destinations import Endpoint
 from ambit.waypoint.envoy_patches import apply_header_ops
 from ambit.waypoint.http1 import Event, ServerSide, Signal
 from ambit.waypoint.idle import OperationBound
+from ambit.waypoint.response_base import finalized
 
 
 class HeadTimeoutError(Exception):
@@ -157,7 +158,7 @@ class Downstream:
         trailers: Iterable[tuple[str, str]] = (),
     ) -> None:
         server = self.server
-        data = server.send_response(status, headers, reason)
+        data = server.send_response(status, finalized(headers), reason)
         try:
             if body:
                 data += server.send_body(body)
@@ -176,7 +177,8 @@ class Downstream:
 
     async def answer(self, status: int, headers: Iterable[tuple[str, str]], body: bytes) -> None:
         server = self.server
-        await self.write(server.send_response(status, headers) + server.send_body(body) + server.end_response())
+        head = server.send_response(status, finalized(headers))
+        await self.write(head + server.send_body(body) + server.end_response())
 
     def abort(self) -> None:
         self.stream.abort()
@@ -202,6 +204,8 @@ class Outcome:
     error: str = ""
     attempts: int = 0
     """Tries sent upstream (1 + retries); 0 when the request was answered without reaching upstream."""
+    head_at: float | None = None
+    """When the request's head was taken up (``ctx.clock``): a bodiless request ended then."""
 
 
 async def respond(

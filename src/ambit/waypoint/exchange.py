@@ -101,6 +101,7 @@ from ambit.waypoint.http1 import BodyData, MessageEnded, RequestStarted, Signal
 from ambit.waypoint.http1_upstream import http1_connector
 from ambit.waypoint.http2_upstream import http2_connector
 from ambit.waypoint.mirror import start_mirrors
+from ambit.waypoint.response_base import OVERLOADED
 from ambit.waypoint.telemetry import RequestRecord
 from ambit.waypoint.traffic_policy import DEFAULT as DEFAULT_BACKEND
 from ambit.waypoint.traffic_policy import Admission, BackendPolicy, plan_upstream_h2
@@ -138,6 +139,7 @@ async def serve_request(
 ) -> bool:
     """One request (rules 1-3); True when the connection may carry another. The request is copied to the
     route's mirror backends (over HTTP/1.1, :mod:`ambit.waypoint.mirror`), whichever version the client spoke."""
+    outcome.head_at = ctx.clock()
     target = tunnel.target
     config = ctx.routes.current
     key = tunnel.service_key
@@ -404,7 +406,14 @@ async def _forward_limited(
     if verdict is Admission.OVERFLOW:
         keep = await _drain(down, started)
         await respond(
-            down, 503, (), OVERFLOW_BODY, outcome, flags="UO", edits=plan.response_ops, route=plan.response_headers
+            down,
+            503,
+            (OVERLOADED,),
+            OVERFLOW_BODY,
+            outcome,
+            flags="UO",
+            edits=plan.response_ops,
+            route=plan.response_headers,
         )
         return keep
     uid = endpoint.workload.uid

@@ -89,6 +89,7 @@ from ambit.waypoint.http1 import (
     forwardable,
 )
 from ambit.waypoint.http1_upstream import Http1Upstream, http1_connector
+from ambit.waypoint.response_base import UPSTREAM_SERVICE_TIME, service_time
 from ambit.waypoint.tcp import relay
 from ambit.waypoint.upstream import Connector, UpstreamConnectError, UpstreamDnsError, UpstreamExchange
 
@@ -202,6 +203,11 @@ class _Exchange:
         self.detail = ""
         """Why the last try failed (the access log's error)."""
         self.aborted = False
+        self.request_ended_at: float | None = None
+        """When the client's request ended (``ctx.clock``): a response head's service time counts from it, waits
+        for the connection pool's room and retries included, as Envoy's router counts it."""
+        if body.ended:
+            self.request_ended_at = ctx.clock() if outcome.head_at is None else outcome.head_at
 
     async def run(self) -> bool:
         self.owner = asyncio.current_task()
@@ -443,6 +449,7 @@ class _Exchange:
                 await up.send_body(event.data)
             elif isinstance(event, MessageEnded):
                 body.ended, body.trailers = True, event.trailers
+                self.request_ended_at = self.ctx.clock()
             else:
                 raise HttpProtocolError("request body ended early")
         await up.end_request(body.trailers)
@@ -459,7 +466,10 @@ class _Exchange:
         """Rule 6: the response to the client; True when it ended cleanly. What of the body (and its end) is
         already here leaves with the head, in one write (rule 11)."""
         outcome, down = self.outcome, self.down
-        headers = _modified(forwardable(response.headers), self.plan.response_headers)
+        headers = forwardable(response.headers)
+        if (took := service_time(self.request_ended_at, self.ctx.clock())) is not None:
+            headers = [*(field for field in headers if field[0] != UPSTREAM_SERVICE_TIME), took]
+        headers = _modified(headers, self.plan.response_headers)
         if self.plan.response_ops:
             headers = apply_header_ops(headers, self.plan.response_ops)
         outcome.status = response.status

@@ -56,6 +56,7 @@ from ambit.waypoint.errors import HttpProtocolError
 from ambit.waypoint.exchange import account, serve_request
 from ambit.waypoint.http1 import Event, RequestStarted
 from ambit.waypoint.http2 import Http2Session, StreamChannel, StreamClosedError
+from ambit.waypoint.response_base import finalized
 
 log = logging.getLogger("ambit.waypoint.http2")
 
@@ -175,7 +176,7 @@ class Http2RequestSide:
         if self.channel.failed or not self.session.alive:
             raise DownstreamGoneError("the client reset the stream")
         try:
-            fields = [(n, v) for n, v in headers if n != "transfer-encoding"]  # HTTP/1.1 framing: not HTTP/2's
+            fields = finalized((n, v) for n, v in headers if n != "transfer-encoding")  # that is HTTP/1.1 framing
             conn.respond(self.stream_id, status, fields, end_stream=end_stream)
         except HboneError as exc:
             raise HttpProtocolError(f"cannot send this response: {exc}", 502, upstream=True) from None
