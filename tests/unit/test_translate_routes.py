@@ -182,6 +182,41 @@ def test_header_values_with_line_breaks_never_reach_the_table() -> None:
 
 
 @pytest.mark.parametrize(
+    "modifier",
+    [
+        {"set": [{"name": "x-team\n", "value": "a"}]},
+        {"add": [{"name": "x-team\n", "value": "a"}]},
+        {"remove": ["x-team\n"]},
+    ],
+)
+def test_a_header_name_ending_in_a_newline_makes_the_rule_answer_500(modifier: Obj) -> None:
+    """The CRD's pattern is ``^token$`` in RE2, where ``$`` is the end of the text; Python's ``$`` also matches
+    before a final newline, so the name is checked as a whole token."""
+    route = {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "HTTPRoute",
+        "metadata": {"name": "names", "namespace": "app"},
+        "spec": {
+            "parentRefs": [{"group": "", "kind": "Service", "name": "reviews"}],
+            "rules": [
+                {
+                    "filters": [{"type": "RequestHeaderModifier", "requestHeaderModifier": modifier}],
+                    "backendRefs": [{"name": "reviews-v1", "port": 9080}],
+                }
+            ],
+        },
+    }
+    translation = translate_objects([*(o for o in load("filters") if o["kind"] != "HTTPRoute"), route])
+    table = config(translation).find_table("app/reviews.app.svc.cluster.local", 9080)
+    assert table is not None
+    (rule,) = table.http
+    assert rule.backends == () and rule.request_headers is None
+    (status,) = translation.route_status
+    resolved = next(c for c in status.parents[0].conditions if c.type == "ResolvedRefs")
+    assert resolved.reason == "InvalidFilter"
+
+
+@pytest.mark.parametrize(
     ("text", "seconds"),
     [("10s", 10.0), ("500ms", 0.5), ("1m", 60.0), ("1h30m", 5400.0), ("0s", None), ("1m30s500ms", 90.5)],
 )

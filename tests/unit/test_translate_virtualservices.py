@@ -605,6 +605,30 @@ def test_bad_content_drops_the_rule_or_match_and_says_which_field() -> None:
     }
 
 
+@pytest.mark.parametrize(
+    ("rule", "field"),
+    [
+        ({"match": [{"headers": {"x-team\n": {"exact": "a"}}}]}, "spec.http[0].match[0].headers"),
+        ({"headers": {"request": {"set": {"x-team\n": "a"}}}}, "spec.http[0].headers.request.set"),
+        ({"headers": {"response": {"add": {"x-team\n": "a"}}}}, "spec.http[0].headers.response.add"),
+        ({"corsPolicy": {"allowHeaders": ["x-team\n"]}}, "spec.http[0].corsPolicy.allowHeaders[0]"),
+        ({"corsPolicy": {"exposeHeaders": ["x-team\n"]}}, "spec.http[0].corsPolicy.exposeHeaders[0]"),
+    ],
+)
+def test_a_header_name_ending_in_a_newline_drops_the_rule_and_says_which_field(rule: Obj, field: str) -> None:
+    """``$`` also matches before a final newline: a ``^token$`` check with ``match`` would let ``x-team\\n`` in."""
+    translation = translate(vs(hosts=["b"], http=[{**rule, "route": [to()]}, {"route": [to("c")]}]))
+    (kept,) = table(translation).http
+    assert kept.backends == (WeightedBackend(C, 100),)
+    assert field in {s.field for s in translation.skipped if s.kind == "VirtualService"}
+
+
+def test_a_header_name_ending_in_a_newline_is_never_removed() -> None:
+    translation = translate(vs(hosts=["b"], http=[{"headers": {"request": {"remove": ["x-team\n"]}}, "route": [to()]}]))
+    (rule,) = table(translation).http
+    assert rule.request_headers is None  # like a pseudo-header: not a name a request can carry, nothing to remove
+
+
 JSON = st.recursive(
     st.none()
     | st.booleans()

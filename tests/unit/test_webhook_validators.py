@@ -458,6 +458,18 @@ INVALID: list[tuple[str, Any, str, str]] = [
     ),
     (
         "RequestAuthentication",
+        {"jwtRules": [{"issuer": "i", "fromHeaders": [{"name": "x-jwt\n"}]}]},
+        "spec.jwtRules[0].fromHeaders[0].name",
+        "not a valid HTTP header name",
+    ),
+    (
+        "RequestAuthentication",
+        {"jwtRules": [{"issuer": "i", "outputClaimToHeaders": [{"header": "x-sub\n", "claim": "sub"}]}]},
+        "spec.jwtRules[0].outputClaimToHeaders[0].header",
+        "not a valid HTTP header name",
+    ),
+    (
+        "RequestAuthentication",
         {"jwtRules": [{"issuer": "i", "timeout": "soon"}]},
         "spec.jwtRules[0].timeout",
         "duration",

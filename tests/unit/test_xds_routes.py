@@ -223,6 +223,8 @@ def encoded(**rule: Any) -> any_pb2.Any:
         ({"match": pb.RouteMatch(path=pb.PathMatch(value="/"))}, "match.path.kind"),
         ({"match": pb.RouteMatch(headers=[pb.ValueMatch(name="bad name", value="v")])}, "match.headers[0].name"),
         ({"match": pb.RouteMatch(headers=[pb.ValueMatch(name=":status", value="200")])}, "match.headers[0].name"),
+        ({"match": pb.RouteMatch(headers=[pb.ValueMatch(name="x-team\n", value="v")])}, "match.headers[0].name"),
+        ({"request_headers": pb.HeaderModifier(remove=["x-team\n"])}, "request_headers.remove[0]"),
         ({"match": pb.RouteMatch(claims=[pb.ClaimMatch(value="x")])}, "match.claims[0].path"),
         ({"match": pb.RouteMatch(claims=[pb.ClaimMatch(path=["a"] * 17)])}, "match.claims[0].path"),
         ({"match": pb.RouteMatch(without_claims=[pb.ClaimMatch(path=["a", ""])])}, "match.without_claims[0].path[1]"),

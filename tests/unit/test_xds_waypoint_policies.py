@@ -122,6 +122,7 @@ M = re.escape("policies[0].rules[0].clauses[0].matches[0]")
         ),
         (_with(match=pb.PolicyMatch(methods=["GET POST"])), rf"{M}\.methods\[0\]: not an HTTP method token"),
         (_with(match=pb.PolicyMatch(not_methods=[""])), rf"{M}\.not_methods\[0\]: not an HTTP method token"),
+        (_with(match=pb.PolicyMatch(methods=["GET\n"])), rf"{M}\.methods\[0\]: not an HTTP method token"),
         (_with(match=pb.PolicyMatch(paths=[apb.StringMatch()])), rf"{M}\.paths\[0\]: no match type set"),
         (_with(match=pb.PolicyMatch(hosts=[apb.StringMatch(exact="a\nb")])), rf"{M}\.hosts\[0\]\.exact: has unprint"),
         (
@@ -135,6 +136,10 @@ M = re.escape("policies[0].rules[0].clauses[0].matches[0]")
         ),
         (
             _with(match=pb.PolicyMatch(request_headers=[pb.KeyedMatch(key=["bad name"])])),
+            rf"{M}\.request_headers\[0\]\.key: expected one header name",
+        ),
+        (
+            _with(match=pb.PolicyMatch(request_headers=[pb.KeyedMatch(key=["x-team\n"])])),
             rf"{M}\.request_headers\[0\]\.key: expected one header name",
         ),
         (

@@ -16,9 +16,8 @@ from ambit.hbone.connection import HboneConnection, RawHeaders
 from ambit.hbone.errors import HboneError, HboneProtocolError
 from ambit.hbone.events import Event, Headers, TunnelEstablished, TunnelRefused
 from ambit.hbone.headers import parse_authority
+from ambit.model.field_names import LOWER_TOKEN, LOWER_TOKEN_BYTES
 
-_FIELD_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9a-z]+")
-_RAW_FIELD_NAME = re.compile(rb"[!#$%&'*+\-.^_`|~0-9a-z]+")
 _BAD_VALUE = re.compile(rb"[\r\n\0]")
 _CONNECTION_SPECIFIC = frozenset({"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"})
 _RAW_CONNECTION_SPECIFIC = frozenset(name.encode() for name in _CONNECTION_SPECIFIC)
@@ -42,7 +41,7 @@ class HboneClientConnection(HboneConnection):
         """Send a plain CONNECT for ``authority`` with extra regular ``headers``; return the new stream id."""
         parse_authority(authority)
         for name, value in headers:
-            if not _FIELD_NAME.fullmatch(name) or name in _CONNECTION_SPECIFIC:
+            if not LOWER_TOKEN.fullmatch(name) or name in _CONNECTION_SPECIFIC:
                 raise HboneError(f"header name {name!r} is not allowed in an HBONE CONNECT")
             if "\r" in value or "\n" in value or "\0" in value:
                 raise HboneError(f"header {name!r} has a value with CR, LF or NUL")
@@ -101,7 +100,7 @@ def _split_response(raw: RawHeaders) -> tuple[int, Headers] | None:
                 return None
             status = int(value)
             continue
-        if not _RAW_FIELD_NAME.fullmatch(name) or name in _RAW_CONNECTION_SPECIFIC or _BAD_VALUE.search(value):
+        if not LOWER_TOKEN_BYTES.fullmatch(name) or name in _RAW_CONNECTION_SPECIFIC or _BAD_VALUE.search(value):
             return None
         headers.append((name.decode("ascii"), value.decode("utf-8", "replace")))
     if status is None or status < 100:

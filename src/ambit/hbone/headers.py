@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from urllib.parse import quote, unquote
 
 from ambit.hbone.errors import AuthorityError, HboneError
+from ambit.model.field_names import TOKEN
 
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?", re.IGNORECASE)
 _PORT = re.compile(r"[1-9][0-9]{0,4}")
 _DOTTED_DIGITS = re.compile(r"[0-9]+(?:\.[0-9]+)*")
@@ -43,7 +43,7 @@ def connect_headers(
         raise HboneError(f"forwarded_for {forwarded_for!r} must not contain quotes or backslashes")
     forwarded = f'for="{forwarded_for}"'
     if host is not None:
-        forwarded += f";host={host}" if _TOKEN.fullmatch(host) else f';host="{host}"'
+        forwarded += f";host={host}" if TOKEN.fullmatch(host) else f';host="{host}"'
     headers = [("forwarded", forwarded)]
     if baggage:
         headers.append(("baggage", encode_baggage(baggage)))
@@ -69,7 +69,7 @@ def encode_baggage(items: Mapping[str, str]) -> str:
     """Encode ``items`` as a W3C baggage header value; keys must be HTTP tokens."""
     members = []
     for key, value in items.items():
-        if not _TOKEN.fullmatch(key):
+        if not TOKEN.fullmatch(key):
             raise HboneError(f"baggage key {key!r} is not an HTTP token")
         members.append(f"{key}={quote(value, safe=_BAGGAGE_SAFE)}")
     return ",".join(members)
@@ -82,7 +82,7 @@ def decode_baggage(text: str) -> dict[str, str]:
         pair = member.split(";", 1)[0]
         key, sep, value = pair.partition("=")
         key = key.strip()
-        if not sep or not _TOKEN.fullmatch(key):
+        if not sep or not TOKEN.fullmatch(key):
             continue
         items[key] = unquote(value.strip(), errors="replace")
     return items

@@ -46,9 +46,8 @@ from ambit.hbone.events import (
     StreamWritable,
     TrailersReceived,
 )
+from ambit.model.field_names import LOWER_TOKEN, LOWER_TOKEN_BYTES
 
-_FIELD_NAME = re.compile(rb"[!#$%&'*+\-.^_`|~0-9a-z]+")
-_LOCAL_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9a-z]+")
 _BAD_VALUE = re.compile(rb"[\r\n\0]")
 _CONNECTION_SPECIFIC = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade"})
 _LOCAL_CONNECTION_SPECIFIC = frozenset(name.decode() for name in _CONNECTION_SPECIFIC)
@@ -273,7 +272,7 @@ def _checked_fields(headers: Sequence[tuple[str, str]]) -> list[tuple[str, str]]
     """Our own regular fields, checked: a value HTTP/2 cannot carry is the caller's error (HboneError)."""
     out = []
     for name, value in headers:
-        if not _LOCAL_NAME.fullmatch(name) or name in _LOCAL_CONNECTION_SPECIFIC:
+        if not LOWER_TOKEN.fullmatch(name) or name in _LOCAL_CONNECTION_SPECIFIC:
             raise HboneError(f"header name {name!r} cannot be sent over HTTP/2")
         if "\r" in value or "\n" in value or "\0" in value:
             raise HboneError(f"header {name!r} has a value with CR, LF or NUL")
@@ -293,7 +292,7 @@ def _regular_fields(raw: RawHeaders) -> Headers | None:
 
 
 def _regular_field(name: bytes, value: bytes) -> tuple[str, str] | None:
-    if not _FIELD_NAME.fullmatch(name) or name in _CONNECTION_SPECIFIC or _BAD_VALUE.search(value):
+    if not LOWER_TOKEN_BYTES.fullmatch(name) or name in _CONNECTION_SPECIFIC or _BAD_VALUE.search(value):
         return None
     if name == b"te" and value != b"trailers":
         return None

@@ -23,8 +23,8 @@ from ambit.hbone.connection import HboneConnection, RawHeaders
 from ambit.hbone.errors import AuthorityError, HboneError, HboneProtocolError
 from ambit.hbone.events import Event, StreamEnded, TunnelRejected, TunnelRequested
 from ambit.hbone.headers import parse_authority
+from ambit.model.field_names import LOWER_TOKEN_BYTES
 
-_FIELD_NAME = re.compile(rb"[!#$%&'*+\-.^_`|~0-9a-z]+")
 _BAD_VALUE = re.compile(rb"[\r\n\0]")
 _CONNECTION_SPECIFIC = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade"})
 
@@ -103,7 +103,7 @@ def _check_connect(raw: Sequence[tuple[bytes, bytes]]) -> tuple[str, tuple[tuple
                 return f"duplicate {name.decode()}"
             pseudo[name] = value
             continue
-        if not _FIELD_NAME.fullmatch(name):
+        if not LOWER_TOKEN_BYTES.fullmatch(name):
             return f"invalid header name {name!r}"
         if name in _CONNECTION_SPECIFIC or (name == b"te" and value != b"trailers"):
             return f"connection-specific header {name.decode()}"

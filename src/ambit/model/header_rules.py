@@ -1,6 +1,7 @@
 """Which HTTP header names and values a configuration may ask a proxy to write (route filters, EnvoyFilter patches).
 
-1. A name is an RFC 9110 token: no pseudo-headers (``:authority``), no spaces, nothing outside visible ASCII.
+1. A name is an RFC 9110 token (:func:`ambit.model.field_names.is_token`): no pseudo-headers (``:authority``), no
+   spaces, nothing outside visible ASCII.
 2. Framing headers (:data:`FRAMING_HEADERS`) are the proxy's own business on each hop: no configuration writes them.
 3. A value never holds CR, LF or NUL, which would split or end a header on the wire.
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["FRAMING_HEADERS", "has_line_break", "is_framing", "is_header_token"]
+__all__ = ["FRAMING_HEADERS", "has_line_break", "is_framing"]
 
 FRAMING_HEADERS = frozenset(
     {
@@ -27,13 +28,7 @@ FRAMING_HEADERS = frozenset(
     }
 )
 
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _LINE_BREAK = re.compile(r"[\r\n\x00]")
-
-
-def is_header_token(name: str) -> bool:
-    """Rule 1."""
-    return _TOKEN.fullmatch(name) is not None
 
 
 def is_framing(name: str) -> bool:

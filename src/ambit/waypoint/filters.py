@@ -42,7 +42,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ambit.model.header_rules import has_line_break, is_framing, is_header_token
+from ambit.model.field_names import is_token
+from ambit.model.header_rules import has_line_break, is_framing
 from ambit.model.routes import HeaderModifier, PathModifier, PathModifierType, RequestRedirect
 from ambit.waypoint.decisions import RequestHead
 
@@ -64,7 +65,7 @@ _WELL_KNOWN_PORTS = {"http": 80, "https": 443}
 
 
 def _allowed(name: str) -> bool:
-    return is_header_token(name) and not is_framing(name)
+    return is_token(name) and not is_framing(name)
 
 
 def is_visible_ascii(text: str) -> bool:

@@ -23,7 +23,8 @@ import enum
 import re
 from collections.abc import Iterable, Sequence
 
-_TOKEN = re.compile(r"[-!#$%&'*+.^_`|~0-9A-Za-z]+")
+from ambit.model.field_names import TOKEN
+
 _VALUE = re.compile(r"(?:[\x21-\x7e\x80-\xff](?:[ \t]*[\x21-\x7e\x80-\xff])*)?")
 _TARGET = re.compile(r"[\x21-\x7e\x80-\xff]+")
 
@@ -63,7 +64,7 @@ def _checked(good: set[str], pattern: re.Pattern[str], text: str) -> bool:
 def _fields(headers: Sequence[tuple[str, str]]) -> bytes:
     names, values = _GOOD_NAMES, _GOOD_VALUES
     for name, value in headers:
-        if (name not in names and not _checked(names, _TOKEN, name)) or (
+        if (name not in names and not _checked(names, TOKEN, name)) or (
             value not in values and not _checked(values, _VALUE, value)
         ):
             raise FramingError(f"illegal header {name!r}: {value!r}")
@@ -71,7 +72,7 @@ def _fields(headers: Sequence[tuple[str, str]]) -> bytes:
 
 
 def request_head(method: str, target: str, headers: Sequence[tuple[str, str]]) -> bytes:
-    if not _TOKEN.fullmatch(method):
+    if not TOKEN.fullmatch(method):
         raise FramingError(f"illegal method {method!r}")
     if not _TARGET.fullmatch(target):
         raise FramingError(f"illegal request target {target!r}")

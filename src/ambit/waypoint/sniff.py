@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import enum
 
+from ambit.model.field_names import TCHAR_BYTES
 from ambit.model.port_protocols import kube_port_app_protocol
 from ambit.model.workload import AppProtocol
 
@@ -47,7 +48,6 @@ H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 SNIFF_LIMIT = 8192
 """Bytes read at most before deciding; a longer request line than this is not HTTP the waypoint will take."""
 
-_TCHAR = frozenset(b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 _VISIBLE = frozenset(range(0x21, 0x7F))
 _VERSION = b"HTTP/1."
 _DIGITS = frozenset(b"0123456789")
@@ -86,7 +86,7 @@ def _request_line(data: bytes) -> Protocol | None:
     """HTTP1 for a complete request line, TCP for bytes that cannot start one, None for a prefix of one."""
     size = len(data)
     i = 0
-    while i < size and data[i] in _TCHAR:
+    while i < size and data[i] in TCHAR_BYTES:
         i += 1
     if i == size:
         return None

@@ -32,6 +32,7 @@ import re
 from google.protobuf import duration_pb2
 
 from ambit.api import waypoint_pb2 as pb
+from ambit.model.field_names import is_token
 from ambit.model.routes import (
     ClientTls,
     ConnectionPool,
@@ -72,7 +73,6 @@ _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _DNS_NAME = re.compile(
     r"(\*\.)?[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?)*"
 )
-_TOKEN = re.compile(r"[A-Za-z0-9!#$%&'*+\-.^_`|~]+")
 
 _LB = {
     LoadBalancerType.LEAST_REQUEST: pb.LB_LEAST_REQUEST,
@@ -299,7 +299,7 @@ class DestinationPolicyReader(FieldReader):
             given = sum((bool(h.header_name), bool(h.query_parameter), h.use_source_ip))
             if given != 1:
                 raise self.fail(f"{field}.consistent_hash", "needs exactly one of header, query parameter, source IP")
-            if h.header_name and not _TOKEN.fullmatch(h.header_name):
+            if h.header_name and not is_token(h.header_name):
                 raise self.fail(f"{field}.consistent_hash.header_name", f"not a header name: {h.header_name!r}")
             consistent = ConsistentHash(
                 header_name=h.header_name.lower(),

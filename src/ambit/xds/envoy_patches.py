@@ -26,7 +26,8 @@ from ambit.model.envoyfilter import (
     PatchScope,
     ProxyPatches,
 )
-from ambit.model.header_rules import has_line_break, is_framing, is_header_token
+from ambit.model.field_names import is_token
+from ambit.model.header_rules import has_line_break, is_framing
 from ambit.xds.convert import FieldReader
 
 __all__ = ["MAX_OPS", "EnvoyPatchesReader", "envoy_patches_to_proto"]
@@ -130,4 +131,4 @@ class EnvoyPatchesReader(FieldReader):
 
 def _editable(name: str) -> bool:
     """A name the control plane sends: a lower-case token, neither the authority nor a framing header."""
-    return is_header_token(name) and name == name.lower() and name != "host" and not is_framing(name)
+    return is_token(name) and name == name.lower() and name != "host" and not is_framing(name)

@@ -23,11 +23,11 @@ Rules:
 from __future__ import annotations
 
 import json
-import re
 
 from google.protobuf import duration_pb2
 
 from ambit.api import requestauth_pb2 as pb
+from ambit.model.field_names import LOWER_TOKEN
 from ambit.model.requestauth import (
     MAX_JWKS_BYTES,
     ClaimToHeader,
@@ -41,7 +41,6 @@ from ambit.xds.convert import FieldReader
 __all__ = ["RequestAuthReader", "request_authentication_to_proto"]
 
 DEFAULT_TIMEOUT_SECONDS = 5.0
-_LOWER_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9a-z]+")
 
 
 def _duration(seconds: float) -> duration_pb2.Duration:
@@ -81,7 +80,7 @@ class RequestAuthReader(FieldReader):
     """Rules 1-5 for the RequestAuthentications of one resource."""
 
     def header_name(self, field: str, name: str) -> str:
-        if not _LOWER_TOKEN.fullmatch(name):
+        if not LOWER_TOKEN.fullmatch(name):
             raise self.fail(field, f"not a lower-case header name: {name!r}")
         return name
 

@@ -47,6 +47,7 @@ from google.protobuf import any_pb2, duration_pb2
 from google.protobuf.message import DecodeError
 
 from ambit.api import waypoint_pb2 as pb
+from ambit.model.field_names import is_token
 from ambit.model.routes import (
     MAX_CLAIM_PATH,
     PSEUDO_HEADERS,
@@ -101,7 +102,6 @@ MAX_GRPC_STATUS = 16
 """The highest gRPC status code (UNAUTHENTICATED)."""
 SUBSET_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _REDIRECT_CODES = frozenset((301, 302, 303, 307, 308))
-_HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+\-.^_`|~]+$")
 
 _PATH_KINDS = {
     PathMatchType.EXACT: pb.PATH_EXACT,
@@ -338,7 +338,7 @@ class _Reader(FieldReader):
         return pattern
 
     def header_name(self, field: str, name: str) -> str:
-        if not _HEADER_NAME.match(name):
+        if not is_token(name):
             raise self.fail(field, f"not a header name: {name!r}")
         return name
 

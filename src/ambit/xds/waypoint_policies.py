@@ -20,11 +20,11 @@ Rules:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 
 from ambit.api import authorization_pb2 as apb
 from ambit.api import waypoint_pb2 as pb
+from ambit.model.field_names import is_token
 from ambit.model.policy import (
     Action,
     Cidr,
@@ -49,7 +49,6 @@ _ACTIONS = {
 }
 _SCOPE_OF = {v: k for k, v in _SCOPES.items()}
 _ACTION_OF = {v: k for k, v in _ACTIONS.items()}
-_TOKEN = re.compile(r"^[A-Za-z0-9!#$%&'*+\-.^_`|~]+$")
 _STRINGS = (
     "namespaces",
     "not_namespaces",
@@ -138,7 +137,7 @@ def _strings(
 def _keyed_of(read: PolicyReader, field: str, message: pb.KeyedMatch, *, header: bool) -> KeyedMatch:
     key: Sequence[str] = list(message.key)
     if header:
-        if len(key) != 1 or not _TOKEN.match(key[0]):
+        if len(key) != 1 or not is_token(key[0]):
             raise read.fail(f"{field}.key", f"expected one header name, got {list(key)!r}")
         key = [key[0].lower()]
     else:
@@ -178,7 +177,7 @@ def _match_of(read: PolicyReader, field: str, message: pb.PolicyMatch) -> Match:
     for name in _METHODS:
         methods = []
         for i, method in enumerate(getattr(message, name)):
-            if not _TOKEN.match(method):
+            if not is_token(method):
                 raise read.fail(f"{field}.{name}[{i}]", f"not an HTTP method token: {method!r}")
             methods.append(method)
         values[name] = tuple(methods)

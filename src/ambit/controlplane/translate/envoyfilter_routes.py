@@ -42,7 +42,8 @@ from typing import Any
 
 from ambit.controlplane.translate import shapes
 from ambit.model.envoyfilter import PatchScope
-from ambit.model.header_rules import has_line_break, is_framing, is_header_token
+from ambit.model.field_names import is_token
+from ambit.model.header_rules import has_line_break, is_framing
 from ambit.model.routes import (
     BackendService,
     HeaderModifier,
@@ -141,7 +142,7 @@ def _duration(value: object, at: str) -> float:
 
 
 def _header_name(name: object, at: str) -> str:
-    if not isinstance(name, str) or not is_header_token(name) or name.lower() == "host" or is_framing(name):
+    if not isinstance(name, str) or not is_token(name) or name.lower() == "host" or is_framing(name):
         raise RouteMergeError(f"{at}: {name!r} is not a header name Ambit edits")
     return name.lower()
 

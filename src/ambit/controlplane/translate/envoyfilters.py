@@ -83,7 +83,8 @@ from ambit.model.envoyfilter import (
     version_pattern_problem,
 )
 from ambit.model.errors import LuaSubsetError
-from ambit.model.header_rules import has_line_break, is_framing, is_header_token
+from ambit.model.field_names import is_token
+from ambit.model.header_rules import has_line_break, is_framing
 from ambit.model.lua_headers import parse_header_script
 
 __all__ = ["EnvoyFilterTranslation", "PatchNote", "translate_envoy_filters"]
@@ -221,7 +222,7 @@ class EnvoyFilterTranslation:
 
 
 def _header_name(name: object, at: str) -> str:
-    if not isinstance(name, str) or not is_header_token(name):
+    if not isinstance(name, str) or not is_token(name):
         raise _Refused(f"{at}: {name!r} is not a header name Ambit edits (a token; no pseudo-headers)")
     if name.lower() == "host" or is_framing(name):
         raise _Refused(f"{at}: {name!r} is the request's authority or a framing header")

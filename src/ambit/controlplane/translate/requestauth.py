@@ -40,6 +40,7 @@ from typing import Any
 
 from ambit.controlplane.translate import shapes
 from ambit.controlplane.translate.skips import ObjectKind, Skipped, skipped
+from ambit.model.field_names import is_token
 from ambit.model.requestauth import ClaimToHeader, JwtHeader, JwtRule, RequestAuthentication, jwks_uri_problem
 from ambit.requestauth import JwksRejected, parse_jwks
 
@@ -56,7 +57,6 @@ REQUEST_AUTHENTICATION = ObjectKind("security.istio.io/v1", "RequestAuthenticati
 WAYPOINT_CLASS = "istio-waypoint"
 GATEWAY_GROUP = "gateway.networking.k8s.io"
 ISTIO_NETWORKING = "networking.istio.io"
-_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ns|us|µs|ms|s|m|h)")
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -84,7 +84,7 @@ class RequestAuthTranslation:
 
 def _header(value: Any, field: str) -> str:
     name = shapes.text(value, field, required=True)
-    if not _HEADER_NAME.fullmatch(name):
+    if not is_token(name):
         raise shapes.ShapeError(field, f"{name!r} is not a valid HTTP header name")
     return name.lower()
 

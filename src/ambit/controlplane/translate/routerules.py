@@ -58,6 +58,7 @@ from typing import Any
 from ambit.controlplane.translate.cors_filter import cors_policy
 from ambit.controlplane.translate.fields import mapping as _mapping
 from ambit.controlplane.translate.fields import text as _text
+from ambit.model.field_names import is_token
 from ambit.model.routes import (
     BackendService,
     CorsPolicy,
@@ -99,7 +100,6 @@ _DURATION = re.compile(r"^(?:[0-9]{1,5}(?:h|ms|m|s)){1,4}$")
 _DURATION_PART = re.compile(r"([0-9]{1,5})(h|ms|m|s)")
 _UNIT = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
 _NOT_RE2 = re.compile(r"\(\?<?[=!]|\(\?P=|\\[1-9]|\\g<")
-_HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+\-.^_`|~]+$")
 _PATH_KINDS = {k.value: k for k in PathMatchType}
 _VALUE_KINDS = {k.value: k for k in ValueMatchType}
 _RANK = {PathMatchType.EXACT: 3, PathMatchType.PATH_PREFIX: 2, PathMatchType.REGULAR_EXPRESSION: 1}
@@ -288,7 +288,7 @@ def _header_pairs(items: Any) -> tuple[tuple[str, str], ...]:
     out: list[tuple[str, str]] = []
     for item in _list(items):
         name, value = _text(item.get("name")), item.get("value")
-        if not _HEADER_NAME.match(name) or not isinstance(value, str) or any(c in value for c in "\r\n\0"):
+        if not is_token(name) or not isinstance(value, str) or any(c in value for c in "\r\n\0"):
             raise _Invalid(INVALID_FILTER, f"invalid header {name!r} in a header modifier")
         out.append((name.lower(), value))
     return tuple(out)
@@ -298,7 +298,7 @@ def _header_modifier(value: Any) -> HeaderModifier:
     spec = value if isinstance(value, Mapping) else {}
     remove = spec.get("remove")
     names = [n for n in remove if isinstance(n, str)] if isinstance(remove, list) else []
-    if any(not _HEADER_NAME.match(n) for n in names):
+    if any(not is_token(n) for n in names):
         raise _Invalid(INVALID_FILTER, "invalid header name in a header modifier's remove list")
     return HeaderModifier(
         set=_header_pairs(spec.get("set")), add=_header_pairs(spec.get("add")), remove=tuple(n.lower() for n in names)

@@ -71,7 +71,6 @@ from typing import Any
 
 from ambit.controlplane.translate.routerules import regex_problem
 from ambit.controlplane.translate.virtualservice_values import (
-    HEADER_NAME,
     BadField,
     parse_duration,
     read_header_value,
@@ -84,6 +83,7 @@ from ambit.controlplane.translate.virtualservice_values import (
     read_text,
     read_weight,
 )
+from ambit.model.field_names import is_token
 from ambit.model.routes import (
     GRPC_STATUS_CODES,
     MAX_CLAIM_PATH,
@@ -255,7 +255,7 @@ def _header_matches(value: Any, field: str) -> tuple[tuple[ValueMatch, ...], tup
             claims.append(ClaimMatch(path, found.value, found.kind))
             continue
         pseudo = isinstance(name, str) and name.lower() in PSEUDO_HEADERS
-        if not isinstance(name, str) or not (pseudo or HEADER_NAME.match(name)):
+        if not isinstance(name, str) or not (pseudo or is_token(name)):
             raise BadField(f"{field}", f"not a header name: {name!r}")
         out.append(read_string_match(name.lower(), match, f"{field}.{name}"))
     return tuple(out), tuple(claims)
@@ -320,7 +320,7 @@ def _modifier(value: Any, field: str) -> tuple[HeaderModifier | None, str | None
     pairs: dict[str, list[tuple[str, str]]] = {"set": [], "add": []}
     for op in ("add", "set"):
         for name, raw in sorted(read_mapping(spec.get(op), f"{field}.{op}").items(), key=lambda item: str(item[0])):
-            if not isinstance(name, str) or not HEADER_NAME.match(name.lstrip(":")):
+            if not isinstance(name, str) or not is_token(name.lstrip(":")):
                 raise BadField(f"{field}.{op}", f"not a header name: {name!r}")
             text = read_header_value(raw, f"{field}.{op}.{name}")
             if name.lower() in _AUTHORITY:
@@ -330,7 +330,7 @@ def _modifier(value: Any, field: str) -> tuple[HeaderModifier | None, str | None
     remove = []
     for i, name in enumerate(read_list(spec.get("remove"), f"{field}.remove")):
         text = read_text(name, f"{field}.remove[{i}]")
-        if not HEADER_NAME.match(text):
+        if not is_token(text):
             continue  # pseudo-headers and "host" are never removed (istiod drops internal headers)
         if text.lower() not in _AUTHORITY:
             remove.append(text.lower())
@@ -501,7 +501,7 @@ def _cors(value: Any, field: str) -> CorsPolicy:
     for key in ("allowHeaders", "exposeHeaders"):
         items = [read_text(n, f"{field}.{key}[{i}]") for i, n in enumerate(read_list(spec.get(key), f"{field}.{key}"))]
         for i, name in enumerate(items):
-            if not HEADER_NAME.match(name):
+            if not is_token(name):
                 raise BadField(f"{field}.{key}[{i}]", f"not a header name: {name[:32]!r}")
         names[key] = ",".join(items)
     max_age: int | None = None

@@ -22,7 +22,6 @@ from ambit.controlplane.translate.routerules import regex_problem
 from ambit.model.routes import ValueMatch, ValueMatchType
 
 __all__ = [
-    "HEADER_NAME",
     "MAX_DURATION",
     "MAX_WEIGHT",
     "BadField",
@@ -41,7 +40,6 @@ __all__ = [
 MAX_DURATION = 366 * 24 * 3600.0
 """A year: longer timeouts and delays are surely mistakes, and they must fit a protobuf Duration."""
 MAX_WEIGHT = 2**31 - 1
-HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+\-.^_`|~]+$")
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(h|ms|m|s|us|µs|ns)")
 _UNIT = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from ambit.controlplane.webhook.attachment import check_attachment
 from ambit.controlplane.webhook.fields import Fields, describe, port_number
+from ambit.model.field_names import is_token
 
 MTLS_MODES = ("UNSET", "DISABLE", "PERMISSIVE", "STRICT")
 _JWT_RULE = (
@@ -36,7 +37,6 @@ _JWT_RULE = (
     "spaceDelimitedClaims",
 )
 _DURATION = re.compile(r"^[0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h)$")
-_HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 
 
 def validate_peer_authentication(obj: dict[str, Any]) -> Fields:
@@ -107,5 +107,5 @@ def _check_jwt_rule(f: Fields, rule: dict[str, Any], path: str) -> None:
 
 def _header_name(f: Fields, value: Any, path: str) -> None:
     name = f.string(value, path, required=True)
-    if name is not None and not _HEADER_NAME.match(name):
+    if name is not None and not is_token(name):
         f.error(path, f"{name!r} is not a valid HTTP header name")

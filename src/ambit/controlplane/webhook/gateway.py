@@ -33,6 +33,7 @@ from typing import Any
 
 from ambit.controlplane.translate.cors_filter import ORIGIN_MAX, is_cors_origin
 from ambit.controlplane.webhook.fields import Fields, describe, is_dns_label, is_hostname, is_ip
+from ambit.model.field_names import is_token
 
 CORE_PROTOCOLS = ("HTTP", "HTTPS", "TLS", "TCP", "UDP", "HBONE")
 _PROTOCOL = re.compile(
@@ -58,7 +59,6 @@ HTTP_FILTERS = (
 HTTP_SINGLE_FILTERS = ("CORS", "RequestHeaderModifier", "ResponseHeaderModifier", "RequestRedirect", "URLRewrite")
 """The HTTPRoute filters the CRD allows at most once in one list."""
 HEADER_NAME_MAX = 256
-_HEADER_NAME = re.compile(r"[A-Za-z0-9!#$%&'*+\-.^_`|~]+")
 """The CRD's ``HTTPHeaderName`` pattern (used with ``fullmatch``)."""
 INT32_MAX = 2**31 - 1
 GRPC_FILTERS = ("RequestHeaderModifier", "ResponseHeaderModifier", "RequestMirror", "ExtensionRef")
@@ -257,7 +257,7 @@ def _cors(f: Fields, spec: dict[str, Any], path: str) -> None:
     for item_path, name in allow_headers + expose_headers:
         if len(name) > HEADER_NAME_MAX:
             f.error(item_path, f"longer than {HEADER_NAME_MAX} characters ({len(name)})")
-        elif not _HEADER_NAME.fullmatch(name):
+        elif not is_token(name):
             f.error(item_path, f"{name[:32]!r} is not a header name")
     for key, items in (("allowOrigins", origins), ("allowMethods", methods), ("allowHeaders", allow_headers)):
         if len(items) > 1 and any(text == "*" for _, text in items):
