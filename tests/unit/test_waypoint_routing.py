@@ -37,7 +37,7 @@ from ambit.waypoint.filters import (
     split_authority,
 )
 from ambit.waypoint.patterns import SUBJECT_LIMIT, pattern_problem
-from ambit.waypoint.routing import compile_table, route, route_tcp, with_request_id
+from ambit.waypoint.routing import compile_table, route, route_tcp, waypoint_route, with_request_id
 
 DEST = BackendService("app", "reviews.app.svc.cluster.local", 9080)
 V1 = BackendService("app", "reviews-v1.app.svc.cluster.local", 9080)
@@ -100,6 +100,18 @@ def test_no_table_forwards_to_the_destination_unchanged_with_the_default_retries
     decision = forward(route(None, DEST, request, 0.5))
     assert decision == Forward(DEST, request)
     assert decision.retry == RetryPolicy() and decision.route == ""
+
+
+def test_the_waypoint_says_http_in_x_forwarded_proto_whatever_the_client_said() -> None:
+    """Rule 12: Envoy's connection manager with no trusted hops replaces the client's value; route matches see it."""
+    claims = {"sub": "me"}
+    request = RequestHead("GET", "/", "reviews:9080", (("x-forwarded-proto", "https"), ("a", "b")), "http", claims)
+    forwarded = forward(waypoint_route(None, DEST, request, 0.0)).request
+    assert forwarded.headers == (("a", "b"), ("x-forwarded-proto", "http"))
+    assert forwarded.jwt_claims is claims  # what authentication found stays with the request
+    matching = table(rule("h", RouteMatch(headers=(ValueMatch("x-forwarded-proto", "http"),))))
+    assert forward(waypoint_route(matching, DEST, request, 0.0)).route == "HTTPRoute/app/h"
+    assert respond(route(matching, DEST, request, 0.0)).status == 404  # the plain engine leaves headers as they are
 
 
 def test_a_table_without_http_rules_is_the_default_route() -> None:

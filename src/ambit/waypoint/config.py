@@ -7,7 +7,8 @@ Until the control plane sends a ``WaypointConfig`` the tables are empty: Istio's
 itself.
 
 :func:`forward_unchanged` is a :data:`~ambit.waypoint.decisions.Router` for that default alone (every request
-forwarded to the addressed Service as received), for tests; the waypoint runs :func:`ambit.waypoint.routing.route`.
+forwarded to the addressed Service as received), for tests; the waypoint runs
+:func:`ambit.waypoint.routing.waypoint_route`.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from ambit.waypoint.destinations import EndpointPicker, ServiceTarget, Target, W
 from ambit.waypoint.http2 import Http2Pool
 from ambit.waypoint.jwks import JwksManager
 from ambit.waypoint.request_ids import RequestIds
-from ambit.waypoint.routing import route
+from ambit.waypoint.routing import waypoint_route
 from ambit.waypoint.settings import WaypointLimits
 from ambit.waypoint.telemetry import RequestLog, WaypointMetrics
 from ambit.waypoint.traffic_policy import Balancer
@@ -54,8 +54,8 @@ class WaypointContext:
     """An ingress gateway: the edge of the mesh, where the client's address comes from the connection and trusted
     proxies (Envoy's ``use_remote_address``; :mod:`ambit.waypoint.forwarded_for`), and requests leave with
     ``X-Forwarded-For`` and ``X-Envoy-External-Address``."""
-    router: Router = route
-    """The routing engine (:func:`ambit.waypoint.routing.route`); tests put stand-ins here."""
+    router: Router = waypoint_route
+    """The routing engine (:func:`ambit.waypoint.routing.waypoint_route`); tests put stand-ins here."""
     authorizer: WaypointAuthorizer = field(default_factory=WaypointAuthorizer)
     jwks: JwksManager = field(default_factory=JwksManager)
     """The key sets of the RequestAuthentications' ``jwksUri`` (fetched by the waypoint: :mod:`ambit.waypoint.jwks`)."""

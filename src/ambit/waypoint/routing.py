@@ -44,6 +44,10 @@ Rules:
     usual and its CORS headers are set on the answer (a Forward's response headers, or the router's own 500/503),
     replacing any of those names the rule's response header modifier sets. A rule with a redirect or a direct
     response has no CORS (Envoy's filter bypasses such routes).
+12. The waypoint's router (:func:`waypoint_route`) first sets ``x-forwarded-proto: http``, replacing what the
+    client sent, as Envoy's connection manager does with no trusted hops (istiod's waypoint listener): the
+    waypoint's streams are plaintext inside HBONE, so a backend behind it reads ``http`` even for a request an
+    ingress gateway took over TLS. Route matches see it. (The ingress gateway sets its own, from its connection.)
 """
 
 from __future__ import annotations
@@ -76,9 +80,10 @@ from ambit.waypoint.filters import (
 from ambit.waypoint.matching import MatchTest, RequestFacts, compile_match
 from ambit.waypoint.patterns import SUBJECT_LIMIT, safe_pattern
 
-__all__ = ["CompiledTable", "compile_table", "route", "route_tcp", "with_request_id"]
+__all__ = ["CompiledTable", "compile_table", "route", "route_tcp", "waypoint_route", "with_request_id"]
 
 REQUEST_ID = "x-request-id"
+FORWARDED_PROTO = "x-forwarded-proto"
 _CACHE_SIZE = 512
 """Compiled tables kept; a waypoint's config holds one table per destination it serves."""
 _MIRROR_SCALE = 1_000_003.0
@@ -346,6 +351,19 @@ def route(table: RouteTable | None, destination: BackendService, request: Reques
     if table is None or not table.http:
         return Forward(destination, request, timeouts=_NO_TIMEOUTS, retry=_DEFAULT_RETRY)
     return compile_table(table).route(destination, request, random)
+
+
+def waypoint_route(
+    table: RouteTable | None, destination: BackendService, request: RequestHead, random: float
+) -> Decision:
+    """The waypoint's :data:`~ambit.waypoint.decisions.Router`: rule 12, then :func:`route`."""
+    headers = (*((n, v) for n, v in request.headers if n != FORWARDED_PROTO), (FORWARDED_PROTO, "http"))
+    return route(
+        table,
+        destination,
+        RequestHead(request.method, request.path, request.authority, headers, request.scheme, request.jwt_claims),
+        random,
+    )
 
 
 def route_tcp(table: RouteTable | None, destination: BackendService, random: float) -> BackendService | None:
