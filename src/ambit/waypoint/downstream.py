@@ -235,7 +235,8 @@ async def respond(
             fields = [(n, v) for n, v in fields if n != "content-type"]
     if body and not any(n == "content-type" for n, _ in fields):
         fields.append(("content-type", content_type))
-    fields += [("content-length", str(len(body))), ("x-request-id", outcome.request_id)]
+    # No x-request-id: Envoy puts one on a response only when told to always (istiod does not) or for a forced trace.
+    fields.append(("content-length", str(len(body))))
     if edits:
         fields = apply_header_ops(fields, edits)
     outcome.bytes_out += len(body)
