@@ -219,6 +219,22 @@ def test_a_config_under_another_name_or_an_https_listener_without_certificate_is
         decode_gateway_config("edge/edge", pack_gateway_config(bare))
 
 
+@pytest.mark.parametrize("where", ["listener", "virtual host"])
+def test_a_hostname_with_a_trailing_newline_is_refused(where: str) -> None:
+    def sent(hostname: str) -> any_pb2.Any:
+        message = gateway_config_to_proto(sample())
+        listener = message.listeners[1]
+        if where == "listener":
+            listener.hostname = hostname
+        else:
+            listener.virtual_hosts[0].hostname = hostname
+        return pack_gateway_config(message)
+
+    assert decode_gateway_config("edge/edge", sent("a.example")) == sample()
+    with pytest.raises(XdsConversionError, match="not a hostname"):
+        decode_gateway_config("edge/edge", sent("a.example\n"))
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=300))
 def test_any_bytes_decode_to_a_config_or_a_conversion_error(value: bytes) -> None:

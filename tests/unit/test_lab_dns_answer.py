@@ -201,6 +201,29 @@ def test_a_zone_entry_that_is_not_an_address_is_reported_and_left_out() -> None:
     assert len(errors) == 2
 
 
+@pytest.mark.parametrize("end", ["", "\n"])
+def test_names_ending_in_a_newline_are_no_dns_names_and_are_left_out(end: str) -> None:
+    records = build_records(
+        [
+            service("apps", f"web{end}", "198.19.0.30"),
+            service("apps", "api", "198.19.0.31", [{"name": f"http{end}", "port": 80}]),
+            service("apps", "db", "None"),
+        ],
+        [endpoint_slice("apps", "db", [{"addresses": ["198.18.1.5"], "hostname": f"db-0{end}"}], [])],
+        {f"a.example.com{end}": "198.18.3.1"},
+    )
+    api = records.find_service("apps", "api")
+    (endpoint,) = records.find_endpoints("apps", "db")
+    kept = (
+        records.find_service("apps", f"web{end}") is not None,
+        api is not None and len(api.ports) == 1,
+        endpoint.has_hostname,
+        bool(records.zone),
+    )
+    assert kept == ((False,) * 4 if end else (True,) * 4)
+    assert len(records.zone_errors) == (1 if end else 0)
+
+
 def test_other_classes_opcodes_and_edns_versions_get_their_error_codes() -> None:
     assert ask("server.apps.svc.cluster.local", "TXT", rdclass="CH").rcode() == dns.rcode.REFUSED
     assert ask("server.apps.svc.cluster.local", use_edns=1).rcode() == dns.rcode.BADVERS

@@ -79,6 +79,8 @@ def test_dns_config_is_merged_into_cluster_first_as_the_kubelet_merges_it() -> N
         ({"dnsConfig": {"nameservers": ["dns.example"]}}, "spec.dnsConfig.nameservers[0]"),
         ({"dnsConfig": {"searches": [f"s{i}.example" for i in range(33)]}}, "spec.dnsConfig.searches"),
         ({"dnsConfig": {"searches": ["Bad_Name"]}}, "spec.dnsConfig.searches[0]"),
+        ({"dnsConfig": {"searches": ["lab.example\n"]}}, "spec.dnsConfig.searches[0]"),
+        ({"dnsConfig": {"searches": ["lab.example.\n"]}}, "spec.dnsConfig.searches[0]"),
         ({"dnsConfig": {"searches": ["a" * 60 + f".x{i}" for i in range(32)] * 1}}, "spec.dnsConfig.searches"),
         ({"dnsConfig": {"options": [{"value": "1"}]}}, "spec.dnsConfig.options[0].name"),
         ({"dnsConfig": {"options": [{"name": "ndots", "value": "1\nnameserver 6.6.6.6"}]}}, "options[0].value"),

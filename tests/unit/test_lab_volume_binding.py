@@ -317,7 +317,9 @@ def test_quantities_parse_to_exact_decimals(text: Any, value: Decimal) -> None:
     assert parse_quantity(text) == value
 
 
-@pytest.mark.parametrize("text", ["", "-1Gi", "1 Gi", "1GiB", "Gi", True, None, "1e99999999999", "x" * 100])
+@pytest.mark.parametrize(
+    "text", ["", "-1Gi", "1 Gi", "1GiB", "Gi", True, None, "1e99999999999", "x" * 100, "1Gi\n", "1.5\n", "1e3\n"]
+)
 def test_what_is_no_quantity_is_a_quantity_error(text: Any) -> None:
     with pytest.raises(QuantityError):
         parse_quantity(text)

@@ -83,6 +83,14 @@ def test_trailing_dot_is_dropped_and_first_host_name_wins() -> None:
     assert found is not None and found.server_name == "a.example"
 
 
+@pytest.mark.parametrize("sent", [b"example.com\n", b"example\n.com", b"example.com\n."])
+def test_a_server_name_with_a_newline_is_not_a_dns_name(sent: bytes) -> None:
+    found = read_client_hello(record(hello_body(sni_extension((0, sent.replace(b"\n", b""))))))
+    assert found is not None and found.server_name == "example.com"
+    with pytest.raises(ClientHelloError, match="not a DNS name"):
+        read_client_hello(record(hello_body(sni_extension((0, sent)))))
+
+
 @pytest.mark.parametrize(
     ("data", "reason"),
     [

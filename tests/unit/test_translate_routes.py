@@ -224,7 +224,7 @@ def test_durations_parse_as_gateway_api_writes_them(text: str, seconds: float | 
     assert parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["", "10", "1.5s", "10 seconds", "-1s", "123456s", "1h1h1h1h1h", "1d", 10])
+@pytest.mark.parametrize("text", ["", "10", "1.5s", "10 seconds", "-1s", "123456s", "1h1h1h1h1h", "1d", 10, "10s\n"])
 def test_bad_durations_are_refused(text: Any) -> None:
     with pytest.raises(ValueError, match="invalid duration"):
         parse_duration(text)

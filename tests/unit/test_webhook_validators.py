@@ -1156,3 +1156,53 @@ def test_a_huge_protocol_is_refused_without_searching_it() -> None:
     found = errors("Gateway", {"gatewayClassName": "istio", "listeners": [listener]})
     assert time.monotonic() - started < 1.0
     assert any("longer than 255" in e.message for e in found), found
+
+
+ROUTE_TO_REVIEWS = [{"route": [{"destination": {"host": "reviews"}}]}]
+SERVICE_ENTRY_PORTS = [{"number": 443, "name": "tls", "protocol": "TLS"}]
+# (kind, the spec holding a value, a value that passes, the path its error names). The API server and istiod match
+# these fields with Go patterns, whose ``$`` is the end of the text: "reviews\n" is no DNS name there.
+TRAILING_NEWLINE: list[tuple[str, Any, str, str]] = [
+    ("VirtualService", lambda v: {"hosts": [v], "http": ROUTE_TO_REVIEWS}, "reviews.example.com", "spec.hosts[0]"),
+    ("DestinationRule", lambda v: {"host": v}, "reviews.app.svc.cluster.local", "spec.host"),
+    ("DestinationRule", lambda v: {"host": "reviews", "subsets": [{"name": v}]}, "v1", "spec.subsets[0].name"),
+    (
+        "ServiceEntry",
+        lambda v: {"hosts": [v], "ports": SERVICE_ENTRY_PORTS, "resolution": "DNS"},
+        "api.example.com",
+        "spec.hosts[0]",
+    ),
+    ("HTTPRoute", lambda v: {"parentRefs": [{"name": "g"}], "hostnames": [v]}, "a.example", "spec.hostnames[0]"),
+    (
+        "Gateway",
+        lambda v: {"gatewayClassName": "istio", "listeners": [{"name": "a", "port": 80, "protocol": v}]},
+        "HTTP",
+        "spec.listeners[0].protocol",
+    ),
+    (
+        "Gateway",
+        lambda v: {"gatewayClassName": "istio", "listeners": [{"name": "a", "port": 80, "protocol": v}]},
+        "example.com/custom",
+        "spec.listeners[0].protocol",
+    ),
+    (
+        "AuthorizationPolicy",
+        lambda v: {"rules": [{"when": [{"key": v, "values": ["a"]}]}]},
+        "request.headers[x-token]",
+        "spec.rules[0].when[0].key",
+    ),
+    (
+        "RequestAuthentication",
+        lambda v: {"jwtRules": [{"issuer": "https://issuer.example", "timeout": v}]},
+        "5s",
+        "spec.jwtRules[0].timeout",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("kind", "spec", "value", "path"), TRAILING_NEWLINE, ids=[f"{k}-{p}-{v}" for k, _, v, p in TRAILING_NEWLINE]
+)
+def test_a_value_with_a_trailing_newline_is_refused(kind: str, spec: Any, value: str, path: str) -> None:
+    assert errors(kind, spec(value)) == []
+    assert [e.path for e in errors(kind, spec(value + "\n"))] == [path]

@@ -17,7 +17,7 @@ from typing import Any
 
 from ambit.model.errors import QuantityError
 
-_QUANTITY = re.compile(r"^([+]?[0-9.]+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|e[0-9+-]+)?$")
+_QUANTITY = re.compile(r"([+]?[0-9.]+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|e[0-9+-]+)?")
 _SUFFIX = {
     "": Decimal(1),
     "n": Decimal("1e-9"),
@@ -38,7 +38,7 @@ def parse_quantity(text: Any) -> Decimal:
     """Rules 1 and 2."""
     if isinstance(text, int | float) and not isinstance(text, bool):
         text = str(text)
-    match = _QUANTITY.match(text) if isinstance(text, str) and len(text) <= _MAX_TEXT else None
+    match = _QUANTITY.fullmatch(text) if isinstance(text, str) and len(text) <= _MAX_TEXT else None
     if match is None:
         raise QuantityError(f"quantity {text!r} is not a Kubernetes quantity")
     number, suffix = match.group(1), match.group(2) or ""

@@ -39,7 +39,7 @@ _CLIENT_HELLO = 1
 _RECORD_MAX = 16384
 _SERVER_NAME = 0
 _ALPN = 16
-_LABEL = re.compile(rb"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+_LABEL = re.compile(rb"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 
 
 class ClientHelloError(AmbitError):
@@ -113,7 +113,7 @@ def _host_name(raw: bytes) -> str:
     name = raw.lower()
     if name.endswith(b"."):
         name = name[:-1]
-    if not name or len(name) > 253 or not all(_LABEL.match(label) for label in name.split(b".")):
+    if not name or len(name) > 253 or not all(_LABEL.fullmatch(label) for label in name.split(b".")):
         raise ClientHelloError(f"server name is not a DNS name: {raw[:64]!r}")
     if all(label.isdigit() for label in name.split(b".")):
         raise ClientHelloError("server name is an IP address literal")

@@ -84,7 +84,7 @@ _FORWARD_CLIENT_CERT_NAMES = {v: k for k, v in _FORWARD_CLIENT_CERT.items()}
 _FORWARD_CLIENT_CERT_NAMES[pb.FORWARD_CLIENT_CERT_UNSPECIFIED] = ForwardClientCert.SANITIZE_SET
 _TLS_VERSIONS = frozenset({0, 0x0303, 0x0304})
 _CIPHER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
-_HOSTNAME = re.compile(r"^(\*|(\*\.)?[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?)$")
+_HOSTNAME = re.compile(r"\*|(\*\.)?[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?")
 
 
 def gateway_config_to_proto(config: GatewayConfig) -> pb.GatewayConfig:
@@ -195,7 +195,7 @@ def _listener(reader: RouteReader, field: str, message: pb.Listener) -> IngressL
         raise reader.fail(f"{field}.certificates", f"an {protocol.value} listener needs a certificate")
     hosts = []
     for i, vhost in enumerate(message.virtual_hosts):
-        if not _HOSTNAME.match(vhost.hostname):
+        if not _HOSTNAME.fullmatch(vhost.hostname):
             raise reader.fail(f"{field}.virtual_hosts[{i}].hostname", f"not a hostname: {vhost.hostname!r}")
         where = f"{field}.virtual_hosts[{i}]"
         rules = tuple(reader.rule(f"{where}.http[{j}]", r) for j, r in enumerate(vhost.http))
@@ -208,7 +208,7 @@ def _listener(reader: RouteReader, field: str, message: pb.Listener) -> IngressL
             raise reader.fail(f"{where}.https_redirect", f"a {protocol.value} listener does not redirect to HTTPS")
         hosts.append(VirtualHost(vhost.hostname.lower(), rules, backends, vhost.https_redirect))
     hostname = message.hostname.lower()
-    if hostname and not _HOSTNAME.match(hostname):
+    if hostname and not _HOSTNAME.fullmatch(hostname):
         raise reader.fail(f"{field}.hostname", f"not a hostname: {hostname!r}")
     return IngressListener(name, port, protocol, hostname, tuple(certificates), tuple(hosts), tls)
 

@@ -96,7 +96,7 @@ GATEWAY_GROUP = "gateway.networking.k8s.io"
 ISTIO_NETWORKING = "networking.istio.io"
 METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"))
 MAX_REGEX = 1024
-_DURATION = re.compile(r"^(?:[0-9]{1,5}(?:h|ms|m|s)){1,4}$")
+_DURATION = re.compile(r"(?:[0-9]{1,5}(?:h|ms|m|s)){1,4}")
 _DURATION_PART = re.compile(r"([0-9]{1,5})(h|ms|m|s)")
 _UNIT = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
 _NOT_RE2 = re.compile(r"\(\?<?[=!]|\(\?P=|\\[1-9]|\\g<")
@@ -180,7 +180,7 @@ def regex_problem(pattern: str) -> str | None:
 
 def parse_duration(text: Any) -> float | None:
     """A Gateway API duration in seconds (rule 5); None for zero. Raises ``ValueError`` when unparsable."""
-    if not isinstance(text, str) or not _DURATION.match(text):
+    if not isinstance(text, str) or not _DURATION.fullmatch(text):
         raise ValueError(f"invalid duration {text!r} (expected e.g. 10s, 500ms, 1m, 1h30m)")
     seconds = sum(int(n) * _UNIT[unit] for n, unit in _DURATION_PART.findall(text))
     return seconds or None

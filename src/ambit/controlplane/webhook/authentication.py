@@ -36,7 +36,7 @@ _JWT_RULE = (
     "timeout",
     "spaceDelimitedClaims",
 )
-_DURATION = re.compile(r"^[0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h)$")
+_DURATION = re.compile(r"[0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h)")
 
 
 def validate_peer_authentication(obj: dict[str, Any]) -> Fields:
@@ -100,7 +100,7 @@ def _check_jwt_rule(f: Fields, rule: dict[str, Any], path: str) -> None:
     if forward is not None and not isinstance(forward, bool):
         f.error(f"{path}.forwardOriginalToken", f"expected a boolean, got {describe(forward)}")
     timeout = f.string(rule.get("timeout"), f"{path}.timeout")
-    if timeout is not None and not _DURATION.match(timeout):
+    if timeout is not None and not _DURATION.fullmatch(timeout):
         f.error(f"{path}.timeout", f"{timeout!r} is not a duration like 5s")
     f.strings(f.get(rule, "spaceDelimitedClaims"), f"{path}.spaceDelimitedClaims")
 

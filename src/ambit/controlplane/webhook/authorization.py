@@ -52,7 +52,7 @@ _PLAIN_KEYS = {
     "destination.port",
     "connection.sni",
 }
-_BRACKETED_KEY = re.compile(r"^(request\.headers|request\.auth\.claims)\[(.+)\]$")
+_BRACKETED_KEY = re.compile(r"(request\.headers|request\.auth\.claims)\[(.+)\]")
 _DRY_RUN = "istio.io/dry-run"
 
 
@@ -135,7 +135,8 @@ def _check_condition(f: Fields, condition: dict[str, Any], path: str) -> None:
         return
     if not f.get(condition, "values") and not f.get(condition, "notValues"):
         f.error(path, f"at least one of values or notValues must be set for key {key!r}")
-    if key not in _PLAIN_KEYS and not _BRACKETED_KEY.match(key) and not key.startswith("experimental.envoy.filters."):
+    known = key in _PLAIN_KEYS or _BRACKETED_KEY.fullmatch(key) or key.startswith("experimental.envoy.filters.")
+    if not known:
         f.error(f"{path}.key", f"unknown attribute {key!r}")
     for item_path, text in values + not_values:
         if key in ("source.ip", "remote.ip", "destination.ip") and not is_ip_or_cidr(text):

@@ -38,8 +38,8 @@ class FieldError:
 
 
 _CAMEL_HUMP = re.compile(r"(?<=[a-z0-9])([A-Z])")
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_HOST_LABEL = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_]*[A-Za-z0-9])?$")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_HOST_LABEL = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_]*[A-Za-z0-9])?")
 
 
 def snake(name: str) -> str:
@@ -56,7 +56,7 @@ def get(obj: Mapping[str, Any], name: str) -> Any:
 
 def is_dns_label(text: str) -> bool:
     """RFC 1123 label as Kubernetes names use it: lower case, at most 63 characters."""
-    return len(text) <= 63 and _DNS_LABEL.match(text) is not None
+    return len(text) <= 63 and _DNS_LABEL.fullmatch(text) is not None
 
 
 def is_dns_subdomain(text: str) -> bool:
@@ -69,7 +69,7 @@ def is_hostname(text: str, *, wildcard: bool = True) -> bool:
         text = text[2:]
     if not text or len(text) > 253 or text.endswith("."):
         return False
-    return all(len(part) <= 63 and _HOST_LABEL.match(part) for part in text.split("."))
+    return all(len(part) <= 63 and _HOST_LABEL.fullmatch(part) for part in text.split("."))
 
 
 def is_ip(text: str) -> bool:

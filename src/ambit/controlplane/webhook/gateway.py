@@ -37,10 +37,11 @@ from ambit.model.field_names import is_token
 
 CORE_PROTOCOLS = ("HTTP", "HTTPS", "TLS", "TCP", "UDP", "HBONE")
 _PROTOCOL = re.compile(
-    r"^[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?$|[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9]+$"
+    r"^[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?\Z|[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9]+\Z"
 )
 """The CRD's pattern for a listener's protocol (searched, as the API server does): an unknown name such as
-``INVALID`` is admitted and reported by the status (``UnsupportedProtocol``), as Gateway API requires. Searched
+``INVALID`` is admitted and reported by the status (``UnsupportedProtocol``), as Gateway API requires. Go's ``$``
+is the end of the text, which is Python's ``\\Z`` (Python's ``$`` also matches before a final newline). Searched
 only within :data:`PROTOCOL_MAX` characters: its nested repetitions cost time quadratic in the length."""
 PROTOCOL_MAX = 255
 """The CRD's ``maxLength`` of a listener's protocol."""

@@ -33,7 +33,7 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 CLUSTER_DOMAIN = "cluster.local"
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 ZONE_CONFIGMAP = ("kube-system", "lab-dns-zone")
-_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +101,7 @@ def _ports(items: Any) -> tuple[NamedPort, ...]:
         name, number = _text(item.get("name")), item.get("port")
         protocol = (_text(item.get("protocol")) or "TCP").lower()
         port = number if isinstance(number, int) and not isinstance(number, bool) else 0
-        if name and _LABEL.match(name) and 0 < port < 65536 and protocol in ("tcp", "udp", "sctp"):
+        if name and _LABEL.fullmatch(name) and 0 < port < 65536 and protocol in ("tcp", "udp", "sctp"):
             ports.append(NamedPort(name, protocol, port))
     return tuple(ports)
 
@@ -112,7 +112,7 @@ def service_record(obj: Mapping[str, Any]) -> ServiceRecord | None:
     if not isinstance(meta, dict) or not isinstance(spec, dict):
         return None
     namespace, name = _text(meta.get("namespace")), _text(meta.get("name"))
-    if not _LABEL.match(namespace) or not _LABEL.match(name):
+    if not _LABEL.fullmatch(namespace) or not _LABEL.fullmatch(name):
         return None
     ports = _ports(spec.get("ports"))
     if spec.get("type") == "ExternalName":
@@ -152,7 +152,7 @@ def slice_endpoints(obj: Mapping[str, Any]) -> tuple[tuple[str, str], tuple[Endp
             address = _address(text)
             if address is None:
                 continue
-            if hostname and _LABEL.match(hostname):
+            if hostname and _LABEL.fullmatch(hostname):
                 found.append(Endpoint(address, hostname, ports, has_hostname=True))
             else:
                 found.append(Endpoint(address, str(address).replace(".", "-").replace(":", "-"), ports))
@@ -166,7 +166,7 @@ def parse_zone(data: Mapping[str, Any]) -> tuple[dict[str, tuple[IPAddress, ...]
     for key, value in sorted(data.items()):
         name = str(key).rstrip(".").lower()
         labels = name.split(".")
-        if len(labels) < 2 or not all(_LABEL.match(label) for label in labels) or len(name) > 253:
+        if len(labels) < 2 or not all(_LABEL.fullmatch(label) for label in labels) or len(name) > 253:
             errors.append(f"lab-dns-zone: {key!r} is not a domain name")
             continue
         addresses: list[IPAddress] = []

@@ -37,9 +37,7 @@ MAX_SEARCHES = 32
 MAX_SEARCH_CHARS = 2048
 DEFAULT_NDOTS = "ndots:5"
 POLICIES = ("ClusterFirst", "ClusterFirstWithHostNet", "Default", "None")
-_DNS_NAME = re.compile(
-    r"^(?=.{1,253}\.?$)[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*\.?$"
-)
+_DNS_NAME = re.compile(r"(?=.{1,253}\.?\Z)[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*\.?")
 
 
 class DnsConfigError(AmbitError):
@@ -115,7 +113,7 @@ def _validate(config: Mapping[str, Any]) -> tuple[list[str], list[str], list[tup
     if len(searches) > MAX_SEARCHES:
         raise DnsConfigError(f"spec.dnsConfig.searches: must not have more than {MAX_SEARCHES} search paths")
     for i, search in enumerate(searches):
-        if not isinstance(search, str) or not _DNS_NAME.match(search):
+        if not isinstance(search, str) or not _DNS_NAME.fullmatch(search):
             raise DnsConfigError(f"spec.dnsConfig.searches[{i}]: {search!r} must be a DNS name (lower case)")
     if len(" ".join(str(s) for s in searches)) > MAX_SEARCH_CHARS:
         raise DnsConfigError(f"spec.dnsConfig.searches: must not have more than {MAX_SEARCH_CHARS} characters")
