@@ -26,6 +26,7 @@ from tests.integration.waypoint_rig import (
     HttpOverTunnel,
     echo_of,
     free_port,
+    mirroring_router,
     waypoint_settings,
 )
 
@@ -33,11 +34,10 @@ from ambit.hbone.headers import hostport
 from ambit.identity.localca import LocalCa
 from ambit.model.localconfig import LocalConfig, render_local_config
 from ambit.model.policy import Action, Clause, Match, Policy, Rule, Scope
-from ambit.model.routes import BackendService, RouteTable, WaypointConfig
+from ambit.model.routes import WaypointConfig
 from ambit.model.workload import AppProtocol, NetworkAddress, PortMapping, Service, TunnelProtocol, Workload
 from ambit.proxy.hbone_client import HboneClient
 from ambit.proxy.hbone_stream import HboneStream
-from ambit.waypoint.decisions import Decision, Forward, RequestHead
 from ambit.waypoint.process import Waypoint
 from ambit.waypoint.settings import WaypointLimits
 
@@ -250,10 +250,7 @@ async def test_a_name_with_both_versions_is_dialled_in_the_family_of_the_vip_the
 async def test_a_mirrored_copy_goes_in_the_family_of_the_vip_the_client_called(egress: Egress) -> None:
     """A RequestMirror to a hostname entry resolves its name in the client's family, as the request itself does."""
 
-    def router(table: RouteTable | None, destination: BackendService, request: RequestHead, r: float) -> Decision:
-        return Forward(destination, request, mirrors=((destination, request),))
-
-    egress.waypoint.context.router = router
+    egress.waypoint.context.router = mirroring_router
     for called, peer in (("240.240.0.8", "127.0.0.1"), ("2001:2::8", "::1")):
         egress.seen.clear()
         status, body = await egress.request(called, "dual.example.com")

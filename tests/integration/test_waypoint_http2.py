@@ -32,6 +32,7 @@ from tests.integration.waypoint_rig import (
     echo_of,
     free_port,
     http_get,
+    mirroring_router,
     started_rig,
 )
 
@@ -719,10 +720,7 @@ async def test_a_request_over_http2_is_mirrored_as_one_over_http11_is(rig: Rig) 
     """A RequestMirror applies whatever version the client spoke (Envoy's shadowing is per route, not per codec):
     the client sees one answer, the mirror backend gets the copy with the ``-shadow`` authority."""
 
-    def router(table: RouteTable | None, destination: BackendService, request: RequestHead, r: float) -> Decision:
-        return Forward(destination, request, mirrors=((destination, request),))
-
-    rig.waypoint.context.router = router
+    rig.waypoint.context.router = mirroring_router
     client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
     h2c = H2OverTunnel(stream)
     sid = _echo_request(h2c)

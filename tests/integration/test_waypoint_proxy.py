@@ -32,6 +32,7 @@ from tests.integration.waypoint_rig import (
     echo_of,
     free_port,
     http_get,
+    mirroring_router,
     read_until_eof,
     started_rig,
 )
@@ -358,10 +359,7 @@ async def test_a_request_timeout_answers_504_and_a_local_answer_is_written(rig: 
 
 
 async def test_a_mirrored_request_reaches_the_mirror_backend_and_the_client_sees_one_answer(rig: Rig) -> None:
-    def router(table: RouteTable | None, destination: BackendService, request: RequestHead, r: float) -> Decision:
-        return Forward(destination, request, mirrors=((destination, request),))
-
-    rig.waypoint.context.router = router
+    rig.waypoint.context.router = mirroring_router
     client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
     status, _, body = await HttpOverTunnel(stream).request("GET", "/echo")
     assert status == 200 and echo_of(body)["host"] == "echo.app.svc.cluster.local"
@@ -376,11 +374,7 @@ async def test_a_mirrored_request_reaches_the_mirror_backend_and_the_client_sees
 async def test_a_request_with_a_body_is_mirrored_whole_and_a_body_over_the_bound_is_not(rig: Rig) -> None:
     """Mirror rule 1: the copy carries the whole body (content-length and chunked alike) once the real request's
     has passed; a body over MAX_MIRROR_BODY goes to the real backend only."""
-
-    def router(table: RouteTable | None, destination: BackendService, request: RequestHead, r: float) -> Decision:
-        return Forward(destination, request, mirrors=((destination, request),))
-
-    rig.waypoint.context.router = router
+    rig.waypoint.context.router = mirroring_router
     small, large = os.urandom(70_000), os.urandom(MAX_MIRROR_BODY + 1)
     client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
     http = HttpOverTunnel(stream)

@@ -36,6 +36,7 @@ from ambit.hbone.headers import parse_authority
 from ambit.identity.localca import LocalCa
 from ambit.model.identity import SpiffeId
 from ambit.model.localconfig import LocalConfig, render_local_config
+from ambit.model.routes import BackendService, RequestMirror, RouteMatch, RouteRule, RouteTable, WeightedBackend
 from ambit.model.workload import (
     AppProtocol,
     GatewayAddress,
@@ -53,7 +54,9 @@ from ambit.proxy.sockets import HostSocketFactory, connect
 from ambit.proxy.streams import SocketStream
 from ambit.tls.socket_transport import TlsTransportKind
 from ambit.tls.workload import WorkloadCertificate
+from ambit.waypoint.decisions import Decision, RequestHead
 from ambit.waypoint.process import Waypoint
+from ambit.waypoint.routing import waypoint_route
 from ambit.waypoint.settings import WaypointLimits, WaypointSettings
 from ambit.waypoint.tcp import relay
 
@@ -91,6 +94,18 @@ _EXTRA_PORTS = {
     "web2": (80, H2C_TARGET_PORT),
 }
 """Services whose endpoints' servers a test starts itself (:attr:`Endpoint.extra`): TLS and h2c backends."""
+
+
+def mirroring_router(table: RouteTable | None, destination: BackendService, request: RequestHead, r: float) -> Decision:
+    """A router that takes every request to its destination and mirrors it there too, through the real routing
+    engine (which gives the copy its ``-shadow`` authority)."""
+    rule = RouteRule(
+        route="HTTPRoute/app/mirror",
+        match=RouteMatch(),
+        backends=(WeightedBackend(destination),),
+        mirrors=(RequestMirror(destination),),
+    )
+    return waypoint_route(RouteTable(destination.service_key, destination.port, http=(rule,)), destination, request, r)
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -3,9 +3,10 @@ backend, its answer dropped.
 
 Theory of operation: for each ``(backend, request)`` of :attr:`~ambit.waypoint.decisions.Forward.mirrors`,
 :func:`start_mirrors` starts a task that sends the copy to one endpoint of the mirror backend over the same kind
-of kept HTTP/1.1 connection as the real request, reads the whole answer and drops it. As Envoy's shadowing does,
-the copy's authority gets a ``-shadow`` suffix, and nothing about the mirror (not even its failure) reaches the
-client: it is logged at debug level only. A hostname endpoint (a DNS ServiceEntry's) is resolved in the IP version
+of kept HTTP/1.1 connection as the real request, reads the whole answer and drops it. The copy is sent as the
+router made it (with Envoy's ``-shadow`` suffix on its authority: :mod:`ambit.waypoint.routing` rule 8; not added a
+second time here), and nothing about the mirror (not even its failure) reaches the client: it is logged at debug
+level only. A hostname endpoint (a DNS ServiceEntry's) is resolved in the IP version
 of the address the client called, as the request's own endpoint is.
 
 Rules:
@@ -160,18 +161,10 @@ def start_mirrors(
         if len(running) >= MAX_MIRRORS_IN_FLIGHT:
             log.debug("mirror skipped: %d copies in flight", len(running))
             break
-        shadow = dataclasses.replace(request, authority=_shadow(request.authority))
-        task = asyncio.get_running_loop().create_task(_mirror(ctx, tunnel, backend, shadow, tee))
+        task = asyncio.get_running_loop().create_task(_mirror(ctx, tunnel, backend, request, tee))
         running.add(task)
         task.add_done_callback(running.discard)
     return tee if tee is not None else down
-
-
-def _shadow(authority: str) -> str:
-    host, sep, port = authority.rpartition(":")
-    if (sep and port.isdigit() and not host.endswith("]")) or (sep and host.endswith("]")):
-        return f"{host}-shadow:{port}"
-    return f"{authority}-shadow"
 
 
 async def _mirror(
