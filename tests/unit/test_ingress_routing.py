@@ -254,6 +254,7 @@ def test_http_routes_by_host_and_unknown_hosts_get_404() -> None:
     assert isinstance(decision, Forward) and decision.backend.hostname == "echo.app.svc.cluster.local"
     decision = router.decide(None, BackendService("edge", "", 8443), head("b.example"), 0.0)
     assert isinstance(decision, Respond) and decision.status == 404
+    assert (decision.body, decision.headers) == (b"", ())  # Envoy's router answers no route with an empty 404
 
 
 def test_an_https_connection_stays_on_the_listener_its_sni_picked() -> None:

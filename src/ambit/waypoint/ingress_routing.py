@@ -14,7 +14,7 @@ Rules:
    else none. For HTTPS the pick is made once, at the handshake, and holds for the connection.
 2. Within the listener, the request's host (``Host``/``:authority`` without port, lower-case) picks the virtual
    host that covers it most specifically. No listener, no virtual host, or a virtual host without rules answers
-   404 (``route_not_found``); the default route of a waypoint (to the addressed Service itself) never applies at
+   404 with no body (Envoy's router: ``route_not_found`` is its log detail, not its answer); the default route of a waypoint (to the addressed Service itself) never applies at
    an ingress: the addressed "Service" is the gateway.
 3. A virtual host with ``https_redirect`` (only HTTP listeners have one) answers 301 with ``location:
    https://<Host as sent><path as sent>`` and no body, whatever its rules (Envoy's ``require_tls: ALL``, whose
@@ -53,7 +53,7 @@ from ambit.waypoint.routing import route
 
 __all__ = ["IngressRouter", "https_redirect", "request_host"]
 
-NOT_FOUND = Respond(404, (("content-type", "text/plain"),), b"route_not_found\n", by_router=False)
+NOT_FOUND = Respond(404, by_router=False)
 
 
 def request_host(authority: str) -> str:
