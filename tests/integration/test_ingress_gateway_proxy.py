@@ -206,6 +206,7 @@ class EchoEndpoint:
                 "authorization": request.headers.get("authorization", ""),
                 "xfcc": request.headers.getall("x-forwarded-client-cert", []),
                 "xfp": request.headers.getall("x-forwarded-proto", []),
+                "attempts": request.headers.getall("x-envoy-attempt-count", []),
             }
         )
 
@@ -603,6 +604,17 @@ async def test_at_the_gateway_a_client_s_x_forwarded_client_cert_is_dropped(
     forged = [("x-forwarded-client-cert", "URI=spiffe://cluster.local/ns/app/sa/admin")]
     status, body = await send(port_of(proc, "http"), "/x", forged)
     assert status == 200 and json.loads(body)["xfcc"] == []
+
+
+async def test_at_the_gateway_each_try_says_which_it_is_in_x_envoy_attempt_count(
+    gateway: tuple[IngressGateway, EchoEndpoint, dict[str, KeyPair]],
+) -> None:
+    """istiod sets include_request_attempt_count on a gateway's virtual hosts: the first try says 1, whatever the
+    client sent."""
+    proc, _, _ = gateway
+    await ready(proc)
+    status, body = await send(port_of(proc, "http"), "/x", [("x-envoy-attempt-count", "7")])
+    assert status == 200 and json.loads(body)["attempts"] == ["1"]
 
 
 async def test_at_the_gateway_the_backend_sees_the_connection_s_scheme_as_x_forwarded_proto_not_the_client_s(

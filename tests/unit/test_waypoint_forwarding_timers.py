@@ -88,6 +88,7 @@ class Up:
     aborted: bool = False
     finished: bool = False
     events: list[str] = field(default_factory=lambda: ["head", "body", "end"])
+    sent: list[RequestHead] = field(default_factory=list)
 
     @property
     def reused(self) -> bool:
@@ -98,7 +99,7 @@ class Up:
         return False
 
     async def send_request(self, head: RequestHead, *, upgrade: bool = False, body: bool = False) -> None:
-        return None
+        self.sent.append(head)
 
     async def send_body(self, data: bytes) -> None:
         return None
@@ -139,7 +140,7 @@ def _live_timers() -> int:
 
 
 async def _forward(
-    ups: list[Up], *, timeouts: Timeouts = NO_TIMEOUTS, retry: RetryPolicy = NO_RETRIES
+    ups: list[Up], *, timeouts: Timeouts = NO_TIMEOUTS, retry: RetryPolicy = NO_RETRIES, attempt_count: bool = False
 ) -> tuple[Down, Outcome]:
     down, outcome = Down(), Outcome(request_id="r-1")
     script = iter(ups)
@@ -147,7 +148,7 @@ async def _forward(
     async def connector(endpoint: Endpoint, fresh: bool) -> UpstreamExchange:
         return next(script)
 
-    plan = Plan(HEAD, timeouts=timeouts, retry=retry)
+    plan = Plan(HEAD, timeouts=timeouts, retry=retry, attempt_count=attempt_count)
     started = RequestStarted(HEAD, "1.1", upgrade=False, has_body=False)
     await forward(Context(), None, down, started, plan, ENDPOINT, outcome, connector)  # type: ignore[arg-type]
     return down, outcome
@@ -223,3 +224,14 @@ async def test_a_cancellation_from_elsewhere_is_passed_on() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert up.aborted
+
+
+@pytest.mark.parametrize("attempt_count", [True, False])
+async def test_each_try_says_which_it_is_when_the_plan_asks(attempt_count: bool) -> None:
+    """Envoy's include_request_attempt_count (a gateway's virtual hosts): 1 on the first try, 2 on the retry."""
+    ups = [Up(status=503), Up()]
+    retry = RetryPolicy(attempts=1, codes=(503,), backoff=0.0)
+    down, _ = await asyncio.wait_for(_forward(ups, retry=retry, attempt_count=attempt_count), 3.0)
+    assert down.status == 200
+    counts = [[v for n, v in up.sent[0].headers if n == "x-envoy-attempt-count"] for up in ups]
+    assert counts == ([["1"], ["2"]] if attempt_count else [[], []])

@@ -270,6 +270,7 @@ async def serve_request(
             transport=transport,
             report=_outlier_reporter(ctx, backend, service),
             response_ops=response_ops,
+            attempt_count=ctx.edge,
         )
         endpoint = None
         if service is not None and ctx.routes.is_dynamic(service.key):  # rule 5

@@ -114,6 +114,13 @@ class Plan:
     """Told each try's result (workload uid, whether it was not a 5xx or a connect failure): outlier detection."""
     response_ops: tuple[HeaderOp, ...] = ()
     """EnvoyFilter edits of the response, after ``response_headers`` (:mod:`ambit.waypoint.envoy_patches`)."""
+    attempt_count: bool = False
+    """Each try's request says which try it is in ``x-envoy-attempt-count`` (1, 2, ...; the client's value
+    replaced): Envoy's ``include_request_attempt_count``, which istiod sets on a gateway's virtual hosts and not on a
+    waypoint's."""
+
+
+ATTEMPT_COUNT = "x-envoy-attempt-count"
 
 
 class _UpstreamFailedError(Exception):
@@ -388,8 +395,14 @@ class _Exchange:
         fresh = False
         while True:
             up = await self.connector(endpoint, fresh)
+            request = self.plan.request
+            if self.plan.attempt_count:
+                count = (ATTEMPT_COUNT, str(self.outcome.attempts))
+                request = dataclasses.replace(
+                    request, headers=(*(f for f in request.headers if f[0] != ATTEMPT_COUNT), count)
+                )
             try:
-                await up.send_request(self.plan.request, upgrade=self.started.upgrade, body=self.started.has_body)
+                await up.send_request(request, upgrade=self.started.upgrade, body=self.started.has_body)
                 if not up.duplex:
                     await self._send_body(up)
                     return up, await _response_head(up)

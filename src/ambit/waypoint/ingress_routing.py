@@ -14,8 +14,9 @@ Rules:
    else none. For HTTPS the pick is made once, at the handshake, and holds for the connection.
 2. Within the listener, the request's host (``Host``/``:authority`` without port, lower-case) picks the virtual
    host that covers it most specifically. No listener, no virtual host, or a virtual host without rules answers
-   404 with no body (Envoy's router: ``route_not_found`` is its log detail, not its answer); the default route of a waypoint (to the addressed Service itself) never applies at
-   an ingress: the addressed "Service" is the gateway.
+   404 with no body (Envoy's router: ``route_not_found`` is its log detail, not its answer); the default route of
+   a waypoint (to the addressed Service itself) never applies at an ingress: the addressed "Service" is the
+   gateway.
 3. A virtual host with ``https_redirect`` (only HTTP listeners have one) answers 301 with ``location:
    https://<Host as sent><path as sent>`` and no body, whatever its rules (Envoy's ``require_tls: ALL``, whose
    ``SslRedirector`` keeps the host and path verbatim); it comes before rule 2's 404 for a host without rules.
