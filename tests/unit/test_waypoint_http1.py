@@ -219,6 +219,8 @@ def test_the_local_error_answer_is_complete_and_closes() -> None:
     events = drain(client)
     assert isinstance(events[0], ResponseStarted) and events[0].status == 400
     assert ("connection", "close") in events[0].headers
+    assert ("server", "istio-envoy") in events[0].headers  # Envoy's connection manager writes its base headers
+    assert any(name == "date" for name, _ in events[0].headers)
     assert BodyData(b"bad\n") in events
 
 

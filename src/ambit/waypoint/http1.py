@@ -67,6 +67,7 @@ from ambit.waypoint.http1_writer import (
     request_head,
     response_head,
 )
+from ambit.waypoint.response_base import finalized
 
 __all__ = [
     "MAX_HEAD_BYTES",
@@ -332,11 +333,8 @@ def simple_response(status: int, reason: str, body: str, *, close: bool = True) 
     """A complete local answer written without h11: used when h11 refuses to frame anything more (after a
     protocol error), so a malformed request still gets its clean 400 and close."""
     payload = body.encode()
-    lines = [
-        f"HTTP/1.1 {status} {reason}",
-        "content-type: text/plain",
-        f"content-length: {len(payload)}",
-    ]
+    fields = finalized([("content-type", "text/plain"), ("content-length", str(len(payload)))])
+    lines = [f"HTTP/1.1 {status} {reason}", *(f"{name}: {value}" for name, value in fields)]
     if close:
         lines.append("connection: close")
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + payload
