@@ -352,6 +352,13 @@ async def test_http_is_routed_by_host_to_the_mesh_service_with_the_gateway_s_ide
     assert any(
         'response_code="200"' in line and 'destination_service="echo.app.svc.cluster.local"' in line for line in counted
     )
+    # Istio's gateway reports client-side: the gateway is the source (its identity, as it reached the upstream over
+    # mutual TLS), the policy unknown; a request no route took is NR with no destination service.
+    (ok,) = [line for line in counted if 'response_code="200"' in line]
+    assert f'source_principal="{GATEWAY_ID}"' in ok and 'destination_principal="spiffe://' in ok
+    assert 'connection_security_policy="unknown"' in ok
+    (missed,) = [line for line in counted if 'response_code="404"' in line]
+    assert 'response_flags="NR"' in missed and 'destination_service_name="unknown"' in missed
 
 
 async def test_a_dual_stack_gateway_serves_its_listeners_on_each_pod_address(

@@ -237,7 +237,7 @@ def test_a_preflight_takes_the_route_its_own_method_path_and_headers_match() -> 
 
 def test_no_matching_rule_is_still_404_without_cors() -> None:
     only = RouteRule(route="VirtualService/app/x", match=RouteMatch(method="GET"), cors=UPSTREAM)
-    assert decide(preflight(), only) == Respond(404, by_router=False)
+    assert decide(preflight(), only) == Respond(404, flags="NR", by_router=False)
 
 
 def test_a_redirect_or_direct_response_rule_bypasses_cors() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ambit.waypoint.downstream import Outcome
 from ambit.waypoint.response_base import SERVER_NAME, finalized, http_date, service_time
 
 NOW = 1_796_647_200.0  # Mon, 07 Dec 2026 12:40:00 GMT
@@ -46,3 +47,16 @@ def test_one_server_and_one_date_at_most_added_whatever_came(headers: list[tuple
     assert [f for f in fields if f[0] not in ("server", "date")] == [
         f for f in headers if f[0] not in ("server", "date")
     ]
+
+
+def test_an_injected_delay_is_reported_beside_the_other_flags_in_envoys_order() -> None:
+    outcome = Outcome("r")
+    assert outcome.reported_flags() == "-"
+    outcome.delay_injected = True
+    assert outcome.reported_flags() == "DI"
+    outcome.flags = "FI"
+    assert outcome.reported_flags() == "DI,FI"
+    outcome.flags = "UT"
+    assert outcome.reported_flags() == "UT,DI"
+    outcome.flags = "UF,URX"
+    assert outcome.reported_flags() == "UF,DI,URX"

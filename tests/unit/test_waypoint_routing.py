@@ -120,7 +120,9 @@ def test_a_table_without_http_rules_is_the_default_route() -> None:
 
 def test_http_rules_present_and_none_matching_answer_404() -> None:
     assert respond(route(table(rule("a", RouteMatch(path=exact("/a")))), DEST, req("/b"), 0.0)) == Respond(
-        404, by_router=False
+        404,
+        flags="NR",
+        by_router=False,  # Envoy's flag: no route
     )
 
 

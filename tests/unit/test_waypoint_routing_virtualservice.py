@@ -126,6 +126,8 @@ def test_a_direct_response_answers_with_its_status_and_body() -> None:
 def test_fault_abort_and_delay_apply_to_their_share_of_requests() -> None:
     aborting = rule("f", fault=Fault(abort_status=503, abort_percent=100.0))
     assert taken(req(), aborting) == "503"
+    abort = route(RouteTable(DEST.service_key, 80, http=(aborting,)), DEST, req(), 0.3)
+    assert isinstance(abort, Respond) and abort.flags == "FI"  # Envoy's flag: fault injected
     delayed = rule("f", fault=Fault(delay=0.25, delay_percent=100.0))
     decision = route(RouteTable(DEST.service_key, 80, http=(delayed,)), DEST, req(), 0.3)
     assert isinstance(decision, Forward) and decision.delay == 0.25
@@ -166,7 +168,7 @@ def test_a_grpc_status_abort_answers_another_request_200_with_the_text() -> None
     aborting = rule("f", fault=Fault(abort_grpc_status=0, abort_percent=100.0))  # OK is a status too
     decision = route(RouteTable(DEST.service_key, 80, http=(aborting,)), DEST, req(), 0.0)
     assert isinstance(decision, Respond)
-    assert (decision.status, decision.body) == (200, b"fault filter abort")
+    assert (decision.status, decision.body, decision.flags) == (200, b"fault filter abort", "FI")
     assert "grpc-status" not in dict(decision.headers)
 
 

@@ -50,8 +50,13 @@ def traffic_labels(
     mtls: bool,
     flags: str = "-",
     request_protocol: str = "tcp",
+    policy: SecurityPolicy | None = None,
 ) -> TrafficLabels:
-    """Istio's CommonTrafficLabels for one connection (or request); principals only with mutual TLS."""
+    """Istio's CommonTrafficLabels for one connection (or request); principals only with mutual TLS. ``policy``:
+    the ``connection_security_policy`` when it is not what ``mtls`` says (an ingress gateway's client-side report
+    cannot know it: ``unknown``)."""
+    if policy is None:
+        policy = SecurityPolicy.MUTUAL_TLS if mtls else SecurityPolicy.UNKNOWN
     return TrafficLabels(
         reporter=reporter,
         source_workload=source.workload_name or source.name if source else "",
@@ -75,7 +80,7 @@ def traffic_labels(
         destination_cluster=destination.cluster_id if destination else "",
         request_protocol=request_protocol,
         response_flags=flags,
-        connection_security_policy=SecurityPolicy.MUTUAL_TLS if mtls else SecurityPolicy.UNKNOWN,
+        connection_security_policy=policy,
     )
 
 
@@ -108,10 +113,21 @@ class LabelsCache:
         mtls: bool,
         flags: str = "-",
         request_protocol: str = "tcp",
+        policy: SecurityPolicy | None = None,
     ) -> TrafficLabels:
         """The shared labels object equal to :func:`traffic_labels` of these, with the destination's identity
         (a waypoint's requests also name their flags and protocol)."""
-        key = (reporter, mtls, id(source), id(source_identity), id(destination), id(service), flags, request_protocol)
+        key = (
+            reporter,
+            mtls,
+            id(source),
+            id(source_identity),
+            id(destination),
+            id(service),
+            flags,
+            request_protocol,
+            policy,
+        )
         entry = self._entries.get(key)
         if entry is not None:
             return entry[0]
@@ -125,6 +141,7 @@ class LabelsCache:
             mtls=mtls,
             flags=flags,
             request_protocol=request_protocol,
+            policy=policy,
         )
         if len(self._entries) >= self._limit:
             self._entries.clear()

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from ambit.model.identity import SpiffeId
 from ambit.model.ingress import ForwardClientCert
 from ambit.model.state import WorkloadState
-from ambit.model.workload import Service, Workload
+from ambit.model.workload import Service, TunnelProtocol, Workload
 from ambit.proxy.accounting import LabelsCache, traffic_labels
 from ambit.telemetry.accesslog import AccessLog
-from ambit.telemetry.metrics import Reporter, TrafficLabels
+from ambit.telemetry.metrics import Reporter, SecurityPolicy, TrafficLabels
 from ambit.waypoint.authorization import WaypointAuthorizer
 from ambit.waypoint.client_cert import ClientCertificate
 from ambit.waypoint.config import RouteConfig
@@ -94,6 +94,17 @@ class WaypointContext:
 
 
 @dataclass(frozen=True, slots=True)
+class SelfReport:
+    """An ingress gateway as the source of its own reports."""
+
+    workload: Workload | None
+    """Its pod's workload (None while the workload state does not know it: ``unknown`` labels)."""
+    identity: SpiffeId | None
+    """Its identity, when it reaches upstreams over mutual TLS itself (HBONE); None when a node proxy tunnels its
+    plain upstream connections (a captured gateway: no principal of its own on them)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Tunnel:
     target: Target
     authority: str
@@ -114,6 +125,11 @@ class Tunnel:
     mode when the connection was accepted); None: a waypoint's rules (:mod:`ambit.waypoint.client_cert`)."""
     client_certificate: ClientCertificate | None = None
     """The client certificate the gateway verified on this connection (mutual TLS), else None."""
+    self_report: SelfReport | None = None
+    """An ingress gateway's connection from an ordinary client: the gateway reports as the source (Istio's
+    client-side stats name the reporting proxy as the source, the upstream as the destination). None: the
+    connection's own source is reported (a waypoint's; a gateway's tunnelled connection, whose node proxy named
+    the client)."""
     service_key: str = field(init=False)
     """The key policies, RequestAuthentications and metric overrides name the destination by: the Service's
     ``namespace/hostname``, empty for a workload target (fixed for the tunnel, so worked out once)."""
@@ -132,26 +148,35 @@ class Tunnel:
         cache: LabelsCache | None = None,
     ) -> TrafficLabels:
         """Istio's labels for one request (or TCP connection) of this tunnel, reporter="waypoint" (or the
-        gateway's); from ``cache`` (the context's) when given."""
+        gateway's: reported client-side, by the gateway as the source, principals only when the upstream was
+        reached over HBONE, and the security policy ``unknown`` as Istio's source reports have it); from ``cache``
+        (the context's) when given."""
+        source, identity, mtls, policy = self.source, self.peer_identity, self.mtls, None
+        if self.self_report is not None:
+            source, identity, policy = self.self_report.workload, self.self_report.identity, SecurityPolicy.UNKNOWN
+            hbone = destination is not None and destination.tunnel_protocol is TunnelProtocol.HBONE
+            mtls = identity is not None and hbone
         if cache is not None:
             return cache.labels(
                 self.reporter,
-                source=self.source,
-                source_identity=self.peer_identity,
+                source=source,
+                source_identity=identity,
                 destination=destination,
                 service=service,
-                mtls=self.mtls,
+                mtls=mtls,
                 flags=flags,
                 request_protocol=protocol,
+                policy=policy,
             )
         return traffic_labels(
             self.reporter,
-            source=self.source,
-            source_identity=self.peer_identity,
+            source=source,
+            source_identity=identity,
             destination=destination,
             destination_identity=destination.identity if destination is not None else None,
             service=service,
-            mtls=self.mtls,
+            mtls=mtls,
             flags=flags,
             request_protocol=protocol,
+            policy=policy,
         )

@@ -72,6 +72,8 @@ class Respond:
     ``finalizeResponseHeaders`` on it; the router does it itself for a direct response or a redirect), so an
     abort, a redirect, a direct response and the router's 500/503/504 carry them. None for 404 with no route and
     for a CORS preflight (the CORS filter encodes that answer itself, not as a local reply)."""
+    flags: str = "-"
+    """Envoy's response flag for this answer: ``NR`` for 404 with no route, ``FI`` for a fault abort."""
     by_router: bool = True
     """Envoy finalizes this answer with the matched route (exchange rule 7): the router for a direct response or a
     redirect, the filter manager for any other local reply of a routed stream (a fault abort, a missing backend),

@@ -188,6 +188,13 @@ class Downstream:
         return self.server.response_started
 
 
+_FLAG_ORDER = (
+    "LH", "UH", "UT", "LR", "UR", "UF", "UC", "UO", "NR", "DI", "FI", "RL", "UAEX", "RLSE", "DC", "URX", "SI", "IH",
+    "DPE", "UMSDR", "RFCF", "NFCF", "DT", "UPE", "NC", "OM", "DF", "DO", "DR",
+)  # fmt: skip
+"""Envoy's response flags in the order its access log and Istio's metrics list them (its flag bits' order)."""
+
+
 @dataclass(slots=True)
 class Outcome:
     """What one request's metrics and log line say, filled in as the exchange goes."""
@@ -206,6 +213,16 @@ class Outcome:
     """Tries sent upstream (1 + retries); 0 when the request was answered without reaching upstream."""
     head_at: float | None = None
     """When the request's head was taken up (``ctx.clock``): a bodiless request ended then."""
+    delay_injected: bool = False
+    """A fault delay held the request (Envoy's flag ``DI``, reported beside any other)."""
+
+    def reported_flags(self) -> str:
+        """``flags`` with ``DI`` when a delay was injected, in Envoy's order of response flags."""
+        if not self.delay_injected:
+            return self.flags
+        present = {"DI", *(flag for flag in self.flags.split(",") if flag and flag != "-")}
+        ordered = [flag for flag in _FLAG_ORDER if flag in present]
+        return ",".join(ordered + sorted(present.difference(_FLAG_ORDER)))
 
 
 async def respond(

@@ -72,6 +72,7 @@ from ambit.model.envoyfilter import HeaderOp
 from ambit.model.metric_overrides import RequestAttributes
 from ambit.model.routes import HeaderModifier
 from ambit.model.workload import AppProtocol, Service, Workload
+from ambit.proxy.accounting import principal
 from ambit.waypoint.authn import Unauthenticated, plan_authentication
 from ambit.waypoint.authorization import (
     DENIED_BODY,
@@ -196,6 +197,7 @@ async def serve_request(
         route_ops = patches.route_response_ops(hostname, listened) if patches.routes else ()
         if decision.delay > 0:
             await asyncio.sleep(decision.delay)
+            outcome.delay_injected = True
         if isinstance(decision, Respond):
             keep = await _drain(down, started)
             edits = route_ops + filter_ops if decision.by_router else filter_ops  # rule 7
@@ -205,6 +207,7 @@ async def serve_request(
                 decision.headers,
                 decision.body,
                 outcome,
+                flags=decision.flags,
                 edits=edits,
                 route=decision.response_headers,
             )
@@ -458,11 +461,15 @@ def account(
     endpoint = outcome.endpoint
     destination: Workload | None = endpoint.workload if endpoint is not None else None
     service = outcome.service or (endpoint.service if endpoint is not None else None)
-    if service is None and isinstance(tunnel.target, ServiceTarget) and endpoint is None:
+    if service is None and isinstance(tunnel.target, ServiceTarget) and endpoint is None and not tunnel.self_report:
+        # A waypoint names the Service it was addressed; a gateway has none (istiod turns off the stats' host
+        # header fallback for gateways: a request no route took has an unknown destination service).
         service = tunnel.target.service
-    labels = tunnel.labels(
-        destination, service, flags=outcome.flags, protocol="grpc" if grpc else "http", cache=ctx.labels
-    )
+    flags = outcome.reported_flags()
+    labels = tunnel.labels(destination, service, flags=flags, protocol="grpc" if grpc else "http", cache=ctx.labels)
+    client_principal = labels.source_principal  # the waypoint's source is its client
+    if tunnel.self_report is not None:  # a gateway reporting as the source: its client is the downstream peer
+        client_principal = principal(tunnel.peer_identity) if tunnel.mtls and tunnel.peer_identity else ""
 
     def attributes() -> RequestAttributes:
         source_ip, _, source_port = tunnel.peer_addr.rpartition(":")
@@ -476,7 +483,7 @@ def account(
             response_code=outcome.status,
             source_address=source_ip.strip("[]"),
             source_port=int(source_port) if source_port.isdigit() else 0,
-            source_principal=labels.source_principal,
+            source_principal=client_principal,
             destination_address=endpoint.address.rpartition(":")[0].strip("[]") if endpoint else "",
             destination_port=tunnel.target.port,
             destination_principal=labels.destination_principal,
@@ -499,7 +506,7 @@ def account(
             src_addr=tunnel.peer_addr,
             src_workload=source.name if source else "",
             src_namespace=source.namespace if source else "",
-            src_identity=labels.source_principal,
+            src_identity=client_principal,
             dst_addr=endpoint.address if endpoint else "",
             dst_hbone_addr=tunnel.authority,
             dst_service=service.hostname if service else "",
@@ -509,7 +516,7 @@ def account(
             method=head.method,
             path=head.path,
             response_code=outcome.status,
-            response_flags=outcome.flags,
+            response_flags=flags,
             request_id=outcome.request_id,
             route=outcome.route,
             bytes_sent=outcome.bytes_in,

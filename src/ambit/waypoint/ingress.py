@@ -113,7 +113,7 @@ from ambit.tls.client_auth import ClientRefused
 from ambit.tls.socket_transport import open_tls
 from ambit.tls.workload import WorkloadCertificate
 from ambit.waypoint.client_cert import ClientCertificate
-from ambit.waypoint.context import Tunnel
+from ambit.waypoint.context import SelfReport, Tunnel
 from ambit.waypoint.decisions import Decision, RequestHead
 from ambit.waypoint.destinations import Endpoint, ServiceTarget, pick_ingress_endpoint
 from ambit.waypoint.errors import HelloRefusedError
@@ -451,10 +451,12 @@ class IngressGateway(Waypoint):
         client_certificate: ClientCertificate | None = None
         forward_client_cert = self.router.config.forward_client_cert  # the connection keeps its listener's
         source: Workload | None = None
+        report: SelfReport | None = SelfReport(self._own_workload(), None if self.captured() else self.identity)
         if proxied is not None:  # what the node proxy vouches for replaces what the loopback socket says
             peer, local, client = proxied.peer, proxied.target, proxied.identity
             mtls = client is not None
             source = self.state.find_workload_by_address(self.settings.network, ipaddress.ip_address(peer[0]))
+            report = None  # the client its node proxy named is reported, as before this gateway's own metrics
         with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
             await asyncio.wait_for(self.startup.ready.wait(), self.settings.limits.startup_wait)
         protocol = self.router.ports().get(port, ListenerProtocol.HTTP)
@@ -470,7 +472,8 @@ class IngressGateway(Waypoint):
             if picked is not None and picked.protocol.terminates_tls:
                 protocol, expected = picked.protocol, picked.name
         if not protocol.carries_http and not protocol.terminates_tls:
-            await self._serve_connection(sock, port, protocol, f"{peer[0]}:{peer[1]}", local, established, client)
+            peer_text = f"{peer[0]}:{peer[1]}"
+            await self._serve_connection(sock, port, protocol, peer_text, local, established, client, report)
             return
         stream: ByteStream
         listener_name = ""
@@ -519,7 +522,7 @@ class IngressGateway(Waypoint):
                 deadline.reschedule(None)  # a relay: no request head to wait for
                 peer_text = f"{peer[0]}:{peer[1]}"
                 await self._relay_terminated(
-                    tls_stream, port, listener_name, peer_text, local, client, mtls, admitted.server_name
+                    tls_stream, port, listener_name, peer_text, local, client, mtls, admitted.server_name, report
                 )
                 return
             tls_stream.close_on_eof = True
@@ -537,6 +540,7 @@ class IngressGateway(Waypoint):
             f"{peer[0]}:{peer[1]}",
             source,
             reporter=Reporter.SOURCE,
+            self_report=report,
             mtls=mtls,
             scheme="https" if tls is not None else "http",
             forward_client_cert=forward_client_cert,
@@ -565,6 +569,7 @@ class IngressGateway(Waypoint):
         local: tuple[Any, ...],
         established: Callable[[], None],
         client: SpiffeId | None = None,
+        report: SelfReport | None = None,
     ) -> None:
         """A connection on a TLS passthrough or TCP port (:mod:`ambit.waypoint.ingress_connections`); it is
         ``established`` once its ClientHello is read (at once on a TCP port)."""
@@ -596,6 +601,7 @@ class IngressGateway(Waypoint):
             peer,
             None,
             reporter=Reporter.SOURCE,
+            self_report=report,
             mtls=client is not None,
         )
         stream = SocketStream(sock)
@@ -615,6 +621,7 @@ class IngressGateway(Waypoint):
         client: SpiffeId | None,
         mtls: bool,
         server_name: str = "",
+        report: SelfReport | None = None,
     ) -> None:
         """A connection on a TLS_TERMINATE listener, its handshake done and its client admitted: the decrypted bytes
         relayed as on a TCP port (:mod:`ambit.waypoint.ingress_connections`), to the backend of the listener the
@@ -636,6 +643,7 @@ class IngressGateway(Waypoint):
                 peer,
                 None,
                 reporter=Reporter.SOURCE,
+                self_report=report,
                 mtls=mtls,
             )
             await relay_to(self.context, tunnel, endpoint, stream, b"", policy)

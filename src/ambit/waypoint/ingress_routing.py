@@ -54,7 +54,7 @@ from ambit.waypoint.routing import route
 
 __all__ = ["IngressRouter", "https_redirect", "request_host"]
 
-NOT_FOUND = Respond(404, by_router=False)
+NOT_FOUND = Respond(404, flags="NR", by_router=False)
 
 
 def request_host(authority: str) -> str:

@@ -202,7 +202,7 @@ class CompiledTable:
                 and (not test.needs_facts or test.holds_for(facts))
             ):
                 return _take(compiled, destination, request, _unit(random))
-        return Respond(404, by_router=False)
+        return Respond(404, flags="NR", by_router=False)
 
 
 def _draw(backends: tuple[_Drawn, ...], draw: float) -> _Drawn | None:
@@ -254,15 +254,15 @@ def _abort(fault: Fault, request: RequestHead, route: str, delay: float) -> Resp
     """Rule 10's abort. A gRPC status abort answers 200, as Envoy's fault filter does: a gRPC request gets that
     ``grpc-status`` and ``grpc-message`` with no body (trailers only), any other request the text."""
     if fault.abort_grpc_status is None:
-        return Respond(fault.abort_status, _TEXT, FAULT_BODY, route=route, delay=delay)
+        return Respond(fault.abort_status, _TEXT, FAULT_BODY, route=route, delay=delay, flags="FI")
     if not (request.header("content-type") or "").startswith("application/grpc"):
-        return Respond(200, _TEXT, FAULT_BODY, route=route, delay=delay)
+        return Respond(200, _TEXT, FAULT_BODY, route=route, delay=delay, flags="FI")
     headers = (
         ("content-type", "application/grpc"),
         ("grpc-status", str(fault.abort_grpc_status)),
         ("grpc-message", FAULT_BODY.decode()),
     )
-    return Respond(200, headers, b"", route=route, delay=delay)
+    return Respond(200, headers, b"", route=route, delay=delay, flags="FI")
 
 
 def _act(compiled: _CompiledRule, destination: BackendService, request: RequestHead, random: float) -> Decision:
