@@ -300,6 +300,25 @@ async def test_deleting_an_owner_deletes_its_dependents(api: ApiClient) -> None:
     assert shared["metadata"]["ownerReferences"] == [owner_ref(other)]
 
 
+async def test_an_object_created_for_an_owner_already_gone_is_collected(api: ApiClient) -> None:
+    """The garbage collector's rule for dangling owners: a controller writing from a stale cache (istiod re-creating
+    a waypoint's Deployment as its Gateway is deleted) must not leave an object no one owns any more."""
+    owner = await api.create(CMS, configmap("owner"))
+    gone = owner_ref(owner)
+    assert (await api.delete(f"{CMS}/owner")).status == 200
+    created = await api.create(CMS, configmap("late-child", ownerReferences=[gone]))
+    assert created["metadata"]["name"] == "late-child"  # the create itself succeeds, as in Kubernetes
+    assert not await api.exists(f"{CMS}/late-child")
+    await api.create(CMS, configmap("owner"))  # the same name again: another object (another uid)
+    await api.create(CMS, configmap("stale-uid", ownerReferences=[gone]))
+    assert not await api.exists(f"{CMS}/stale-uid")
+    alive = owner_ref(await api.must_get(f"{CMS}/owner"))
+    await api.create(CMS, configmap("half", ownerReferences=[gone, alive]))  # one owner left: kept
+    unknown = {"apiVersion": "example.com/v1", "kind": "Nothing", "name": "n", "uid": "u-1"}
+    await api.create(CMS, configmap("unjudged", ownerReferences=[unknown]))  # a kind not served: kept
+    assert await api.exists(f"{CMS}/half") and await api.exists(f"{CMS}/unjudged")
+
+
 @pytest.mark.parametrize("where", ["query", "body", "orphanDependents"])
 async def test_orphan_propagation_keeps_dependents_and_drops_their_owner_references(api: ApiClient, where: str) -> None:
     owner = await api.create(CMS, configmap("owner"))

@@ -11,6 +11,10 @@ Theory of operation (kube-apiserver's and the garbage collector's rules, done sy
    Foreground alike), the others lose the owner reference; with Orphan every dependent only loses the reference.
 4. Deleting a namespace marks it Terminating, deletes everything it holds, and removes it once it is empty and
    has no finalizers; each removal inside a terminating namespace checks again.
+5. An object created with owner references none of whose owners exists (no object of that kind and name with
+   that uid: an owner deleted while a controller still wrote from a stale cache) is deleted at once, as the
+   garbage collector deletes a dependent whose owners are all absent. An owner of a kind this server does not
+   serve is taken to exist (it cannot be judged), as is a reference without a uid.
 
 Deletion here never runs admission: :meth:`Deleter.delete_now` is called by the verbs after admission and by the
 cascades above, which kube-apiserver runs as controllers.
@@ -122,6 +126,29 @@ class Deleter:
             spec["finalizers"] = []
         self.hub.publish(self.store.remove(NAMESPACES, "", namespace, obj))
         return obj
+
+    def collect_if_orphaned(self, rtype: ResourceType, namespace: str, obj: JsonObject) -> bool:
+        """Rule 5 for an object just created; True when it was deleted."""
+        refs = obj["metadata"].get("ownerReferences")
+        if not isinstance(refs, list) or not refs:
+            return False
+        for ref in refs:
+            if not isinstance(ref, dict) or self._owner_may_exist(ref, namespace):
+                return False
+        self.delete_now(rtype, copy.deepcopy(obj), DeleteOptions())
+        return True
+
+    def _owner_may_exist(self, ref: JsonObject, namespace: str) -> bool:
+        uid, name, kind = ref.get("uid"), ref.get("name"), ref.get("kind")
+        api_version = ref.get("apiVersion")
+        if not (isinstance(uid, str) and uid and isinstance(name, str) and isinstance(kind, str)):
+            return True
+        group = api_version.rpartition("/")[0] if isinstance(api_version, str) else ""
+        owner_type = self.registry.find_kind(group, kind)
+        if owner_type is None or (owner_type.namespaced and not namespace):
+            return True  # not judged: an unknown kind, or a namespaced owner of a cluster-scoped object
+        found = self.store.get(owner_type.key, namespace if owner_type.namespaced else "", name)
+        return found is not None and found.obj["metadata"].get("uid") == uid
 
     def _collect_dependents(self, namespace: str, owner_uid: str, propagation: str) -> None:
         if not owner_uid:

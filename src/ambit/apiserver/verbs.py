@@ -187,6 +187,7 @@ class ResourceManager:
         if dry_run:
             return obj
         self.commit("ADDED", rtype, namespace, name, obj)
+        self.deleter.collect_if_orphaned(rtype, namespace, obj)  # deletion.py rule 5
         return obj
 
     def _check_namespace_open(self, namespace: str) -> None:
