@@ -102,16 +102,19 @@ def test_no_table_forwards_to_the_destination_unchanged_with_the_default_retries
     assert decision.retry == RetryPolicy() and decision.route == ""
 
 
-def test_the_waypoint_says_http_in_x_forwarded_proto_whatever_the_client_said() -> None:
-    """Rule 12: Envoy's connection manager with no trusted hops replaces the client's value; route matches see it."""
+def test_the_waypoint_adds_x_forwarded_proto_http_when_the_request_has_none() -> None:
+    """Rule 12: Envoy's connection manager without the remote address sets it only when absent; route matches see
+    it; a gateway's value is kept."""
     claims = {"sub": "me"}
-    request = RequestHead("GET", "/", "reviews:9080", (("x-forwarded-proto", "https"), ("a", "b")), "http", claims)
+    request = RequestHead("GET", "/", "reviews:9080", (("a", "b"),), "http", claims)
     forwarded = forward(waypoint_route(None, DEST, request, 0.0)).request
     assert forwarded.headers == (("a", "b"), ("x-forwarded-proto", "http"))
     assert forwarded.jwt_claims is claims  # what authentication found stays with the request
     matching = table(rule("h", RouteMatch(headers=(ValueMatch("x-forwarded-proto", "http"),))))
     assert forward(waypoint_route(matching, DEST, request, 0.0)).route == "HTTPRoute/app/h"
     assert respond(route(matching, DEST, request, 0.0)).status == 404  # the plain engine leaves headers as they are
+    from_gateway = RequestHead("GET", "/", "reviews:9080", (("x-forwarded-proto", "https"),), "http")
+    assert forward(waypoint_route(None, DEST, from_gateway, 0.0)).request.headers == (("x-forwarded-proto", "https"),)
 
 
 def test_a_table_without_http_rules_is_the_default_route() -> None:

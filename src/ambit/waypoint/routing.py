@@ -44,10 +44,10 @@ Rules:
     usual and its CORS headers are set on the answer (a Forward's response headers, or the router's own 500/503),
     replacing any of those names the rule's response header modifier sets. A rule with a redirect or a direct
     response has no CORS (Envoy's filter bypasses such routes).
-12. The waypoint's router (:func:`waypoint_route`) first sets ``x-forwarded-proto: http``, replacing what the
-    client sent, as Envoy's connection manager does with no trusted hops (istiod's waypoint listener): the
-    waypoint's streams are plaintext inside HBONE, so a backend behind it reads ``http`` even for a request an
-    ingress gateway took over TLS. Route matches see it. (The ingress gateway sets its own, from its connection.)
+12. The waypoint's router (:func:`waypoint_route`) first adds ``x-forwarded-proto: http`` to a request that has
+    none, as Envoy's connection manager does when it does not use the remote address (istiod's waypoint listener):
+    the waypoint's streams are plaintext inside HBONE; a value the client sent (an ingress gateway's ``https``) is
+    kept. Route matches see it. (The ingress gateway, at the edge, sets its own from its connection.)
 """
 
 from __future__ import annotations
@@ -357,7 +357,9 @@ def waypoint_route(
     table: RouteTable | None, destination: BackendService, request: RequestHead, random: float
 ) -> Decision:
     """The waypoint's :data:`~ambit.waypoint.decisions.Router`: rule 12, then :func:`route`."""
-    headers = (*((n, v) for n, v in request.headers if n != FORWARDED_PROTO), (FORWARDED_PROTO, "http"))
+    if request.header(FORWARDED_PROTO) is not None:
+        return route(table, destination, request, random)
+    headers = (*request.headers, (FORWARDED_PROTO, "http"))
     return route(
         table,
         destination,
