@@ -613,6 +613,68 @@ async def test_a_process_that_ignores_sigterm_is_killed_after_the_grace_period(
     assert not alive(pid)
 
 
+STAMPED = """
+import signal, sys, time
+def bye(*_):
+    print("SIGTERM at", time.monotonic(), flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, bye)
+print("up", flush=True)
+while True:
+    time.sleep(1)
+"""
+
+
+async def _delete_and_time(kube: KubeClient, settings: NodeRuntimeSettings, name: str, app: dict[str, Any],
+                           grace: int = 30) -> tuple[float, str]:  # fmt: skip
+    """Create the pod, delete it once up: when its SIGTERM came (seconds after the delete) and its log."""
+    created = await kube.create(kinds.PODS, pod_manifest(name, app))
+    log = settings.pods_dir / created["metadata"]["uid"] / "app.log"
+    await until(lambda: log.exists() and "up" in log.read_text())
+    began = time.monotonic()
+    await kube.delete(kinds.PODS, name, NS, grace_period_seconds=grace)
+    await eventually(lambda: _gone(kube, name), within=15.0)
+    text = log.read_text()
+    stamps = [float(line.split()[-1]) for line in text.splitlines() if line.startswith("SIGTERM at")]
+    return (stamps[0] - began if stamps else -1.0), text
+
+
+async def test_a_pre_stop_hook_runs_before_the_sigterm(
+    kube: KubeClient, start_runtime: Start, settings: NodeRuntimeSettings, tmp_path: Path
+) -> None:
+    """The kubelet runs lifecycle.preStop (exec or sleep) first, then sends SIGTERM: a rollout's old pod keeps
+    serving while the endpoints controller and the proxies hear it is going."""
+    await start_runtime()
+    mark = tmp_path / "pre-stop"
+    hook = {"exec": {"command": ["sh", "-c", f"echo ran > {mark}; sleep 1"]}}
+    after, text = await _delete_and_time(
+        kube, settings, "hooked", container("app", STAMPED, lifecycle={"preStop": hook})
+    )
+    assert mark.read_text() == "ran\n"
+    assert 1.0 <= after < 10.0, (after, text)
+    after, _ = await _delete_and_time(
+        kube, settings, "slept", container("app", STAMPED, lifecycle={"preStop": {"sleep": {"seconds": 1}}})
+    )
+    assert 1.0 <= after < 10.0
+    assert not await events(kube, "FailedPreStopHook")
+
+
+async def test_a_failing_or_overlong_pre_stop_hook_is_reported_and_the_container_still_stops(
+    kube: KubeClient, start_runtime: Start, settings: NodeRuntimeSettings
+) -> None:
+    await start_runtime()
+    failing = {"preStop": {"exec": {"command": ["sh", "-c", "exit 3"]}}}
+    after, _ = await _delete_and_time(kube, settings, "failing", container("app", STAMPED, lifecycle=failing))
+    assert 0.0 <= after < 5.0
+    notes = [e["note"] for e in await eventually(lambda: events(kube, "FailedPreStopHook"))]
+    assert any("exited with 3" in note for note in notes), notes
+    endless = {"preStop": {"sleep": {"seconds": 600}}}  # past the grace period: SIGTERM anyway, then the rest
+    after, _ = await _delete_and_time(kube, settings, "endless", container("app", STAMPED, lifecycle=endless), grace=1)
+    assert 1.0 <= after < 5.0
+    notes = [e["note"] for e in await events(kube, "FailedPreStopHook")]
+    assert any("did not finish within 1s" in note for note in notes), notes
+
+
 async def test_a_force_deleted_pod_is_stopped_and_cleaned_up(
     kube: KubeClient, start_runtime: Start, sandboxes: FakeSandboxes
 ) -> None:

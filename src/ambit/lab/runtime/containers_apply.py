@@ -34,7 +34,15 @@ from ambit.lab.runtime.containers import (
     StopRequested,
 )
 from ambit.lab.runtime.oci_spec import BundlePaths
-from ambit.lab.runtime.probes import ProbeConfigError, ProbeSpec, ProbeTarget, ProbeTracker, ProbeWorker
+from ambit.lab.runtime.probes import (
+    PRE_STOP_EXTENSION,
+    ProbeConfigError,
+    ProbeSpec,
+    ProbeTarget,
+    ProbeTracker,
+    ProbeWorker,
+    run_hook,
+)
 from ambit.lab.runtime.processes import KILL_WAIT, ProcessHandle, signal_group, spawn, wait_exit
 
 if TYPE_CHECKING:
@@ -176,6 +184,7 @@ class ContainerSupervisor:
         self._runtime = runtime
         self.container_id = container_id
         self._handle: ProcessHandle | None = None
+        self._launch: LaunchSpec | None = None
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -188,7 +197,8 @@ class ContainerSupervisor:
         return self._task
 
     async def stop(self, grace: float) -> None:
-        """SIGTERM the running instance's group, SIGKILL after ``grace`` seconds; no restart afterwards."""
+        """Run the container's preStop hook, then SIGTERM the running instance's group, SIGKILL when ``grace``
+        seconds have passed since the stop began (the kubelet's order); no restart afterwards."""
         self.state.apply(StopRequested())
         self.hooks.changed()
         task = self._task
@@ -200,7 +210,33 @@ class ContainerSupervisor:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
             return
-        await self._terminate(handle, task, grace)
+        grace = await self._pre_stop(grace)
+        if not task.done():
+            await self._terminate(handle, task, grace)
+
+    async def _pre_stop(self, grace: float) -> float:
+        """The container's ``lifecycle.preStop`` handler, within ``grace`` seconds; the seconds left for the SIGTERM
+        (:data:`~ambit.lab.runtime.probes.PRE_STOP_EXTENSION` when the hook used them all). A hook that fails or
+        runs out of time is reported (``FailedPreStopHook``) and the stop goes on, as the kubelet's does."""
+        lifecycle = self.spec.get("lifecycle")
+        hook = lifecycle.get("preStop") if isinstance(lifecycle, dict) else None
+        launch = self._launch
+        if not isinstance(hook, dict) or launch is None or grace <= 0:
+            return grace
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        try:
+            async with asyncio.timeout(grace):
+                failure = await run_hook(hook, self.spec, launch.target, grace)
+        except TimeoutError:
+            self.hooks.event("Warning", "FailedPreStopHook", f"PreStopHook did not finish within {grace:g}s")
+            return PRE_STOP_EXTENSION
+        except Exception:  # a bug in running the hook must not keep the container from stopping
+            log.exception("container %s: preStop hook failed to run", self.name)
+            failure = ""
+        if failure:
+            self.hooks.event("Warning", "FailedPreStopHook", f"PreStopHook failed: {failure}")
+        return max(grace - (loop.time() - began), 0.0)
 
     async def detach(self) -> None:
         """Stop supervising and leave the process running (the runtime is going away, its pods are not)."""
@@ -251,6 +287,7 @@ class ContainerSupervisor:
                 handle = await self._start_instance(launch, startup_probe="startupProbe" in probes)
                 if handle is None:
                     continue
+            self._launch = launch
             code = await self._supervise(handle, launch, probes)
             handle = self._handle = None
             failure = await self._runtime.finished(self.container_id)
@@ -327,9 +364,9 @@ class ContainerSupervisor:
         kill_task = loop.create_task(unhealthy.wait())
         try:
             done, _ = await asyncio.wait({exit_task, kill_task}, return_when=asyncio.FIRST_COMPLETED)
-            if exit_task not in done:
+            if exit_task not in done:  # a failed liveness or startup probe: the preStop hook runs first here too
+                grace = await self._pre_stop(launch.grace if launch is not None else 0.0)
                 await self._runtime.signal(handle, self.container_id, signal.SIGTERM)
-                grace = launch.grace if launch is not None else 0.0
                 done, _ = await asyncio.wait({exit_task}, timeout=grace)
                 if not done:
                     await self._runtime.signal(handle, self.container_id, signal.SIGKILL)

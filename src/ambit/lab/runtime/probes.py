@@ -33,7 +33,7 @@ import os
 import signal
 import ssl
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ambit.errors import AmbitError
@@ -280,6 +280,28 @@ async def _exec(spec: ProbeSpec, target: ProbeTarget) -> tuple[ProbeResult, str]
         return ProbeResult.SUCCESS, ""
     text = output.decode("utf-8", "replace").strip()[:MAX_MESSAGE]
     return ProbeResult.FAILURE, f"command {list(spec.command)!r} exited with {proc.returncode}: {text}"
+
+
+PRE_STOP_EXTENSION = 2.0
+"""Seconds the kubelet still grants the SIGTERM once a preStop hook used up the whole grace period."""
+
+
+async def run_hook(handler: Mapping[str, Any], container: Mapping[str, Any], target: ProbeTarget, budget: float) -> str:
+    """A container lifecycle handler (``exec``, ``httpGet``, ``tcpSocket`` or ``sleep``), bounded by ``budget``
+    seconds; the empty string when it succeeded, else why it failed (the kubelet's ``Failed...Hook`` Event)."""
+    sleep = handler.get("sleep")
+    if isinstance(sleep, dict):
+        seconds = sleep.get("seconds")
+        if not isinstance(seconds, int) or isinstance(seconds, bool) or seconds < 0:
+            return f"a sleep hook needs whole seconds, not {seconds!r}"
+        await asyncio.sleep(min(float(seconds), max(budget, 0.0)))
+        return ""
+    try:
+        spec = ProbeSpec.parse(handler, container)
+    except ProbeConfigError as exc:
+        return str(exc)
+    result, message = await probe_once(replace(spec, timeout=max(budget, 0.001)), target)
+    return "" if result is ProbeResult.SUCCESS else message
 
 
 class ProbeWorker:
