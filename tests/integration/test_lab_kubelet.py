@@ -675,6 +675,32 @@ async def test_a_failing_or_overlong_pre_stop_hook_is_reported_and_the_container
     assert any("did not finish within 1s" in note for note in notes), notes
 
 
+async def test_a_post_start_hook_runs_before_the_container_is_ready_and_a_failing_one_restarts_it(
+    kube: KubeClient, start_runtime: Start, tmp_path: Path
+) -> None:
+    await start_runtime()
+    mark = tmp_path / "post-start"
+    hook = {"exec": {"command": ["sh", "-c", f"sleep 1; echo ran > {mark}"]}}
+    await kube.create(kinds.PODS, pod_manifest("warming", container("app", POLITE, lifecycle={"postStart": hook})))
+
+    async def ready() -> dict[str, Any] | None:
+        pod = await get_pod(kube, "warming")
+        return pod if pod and condition(pod, "Ready").get("status") == "True" else None
+
+    await eventually(ready)
+    assert mark.read_text() == "ran\n"  # not ready before its hook finished
+    failing = {"postStart": {"exec": {"command": ["sh", "-c", "exit 2"]}}}
+    await kube.create(kinds.PODS, pod_manifest("cold", container("app", POLITE, lifecycle=failing)))
+
+    async def restarted() -> dict[str, Any] | None:
+        pod = await get_pod(kube, "cold")
+        return pod if pod and container_state(pod).get("restartCount", 0) >= 1 else None
+
+    await eventually(restarted)
+    notes = [e["note"] for e in await eventually(lambda: events(kube, "FailedPostStartHook"))]
+    assert any("exited with 2" in note for note in notes), notes
+
+
 async def test_a_force_deleted_pod_is_stopped_and_cleaned_up(
     kube: KubeClient, start_runtime: Start, sandboxes: FakeSandboxes
 ) -> None:

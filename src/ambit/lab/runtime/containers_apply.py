@@ -53,6 +53,9 @@ log = logging.getLogger("ambit.lab.runtime.containers_apply")
 EventType = Literal["Normal", "Warning"]
 
 START_ERROR = 128
+POST_START_LIMIT = 120.0
+"""Seconds a postStart hook may run (the kubelet waits for it as long as it takes; a bound keeps a stuck one from
+holding the container's probes forever)."""
 
 
 class ContainerConfigError(AmbitError):
@@ -185,6 +188,8 @@ class ContainerSupervisor:
         self.container_id = container_id
         self._handle: ProcessHandle | None = None
         self._launch: LaunchSpec | None = None
+        self._fresh = False
+        """The instance being supervised was started here (not adopted): its postStart hook is due."""
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -213,6 +218,11 @@ class ContainerSupervisor:
         grace = await self._pre_stop(grace)
         if not task.done():
             await self._terminate(handle, task, grace)
+
+    def _post_start_hook(self) -> Mapping[str, Any] | None:
+        lifecycle = self.spec.get("lifecycle")
+        hook = lifecycle.get("postStart") if isinstance(lifecycle, dict) else None
+        return hook if isinstance(hook, dict) else None
 
     async def _pre_stop(self, grace: float) -> float:
         """The container's ``lifecycle.preStop`` handler, within ``grace`` seconds; the seconds left for the SIGTERM
@@ -324,6 +334,7 @@ class ContainerSupervisor:
             self._exited(START_ERROR if isinstance(exc, FileNotFoundError) else 126, message, start_error=True)
             return None
         self._handle = handle
+        self._fresh = True
         self.state.apply(Started(handle.pid, now, startup_probe))
         await self.hooks.spawned(self.name, handle)
         self.hooks.event("Normal", "Started", f"Started container {self.name}")
@@ -352,13 +363,15 @@ class ContainerSupervisor:
         self._handle = handle
         loop = asyncio.get_running_loop()
         startup = probes.get("startupProbe") if launch is not None and not self.state.startup_passed else None
-        if startup is None and "readinessProbe" not in probes:
+        post_start = self._post_start_hook() if launch is not None and self._fresh else None
+        self._fresh = False
+        if startup is None and post_start is None and "readinessProbe" not in probes:
             self.state.ready = True
             self.hooks.changed()
         unhealthy = asyncio.Event()
         tasks = []
         if launch is not None:
-            probing = self._probe_all(startup, probes, launch, unhealthy)
+            probing = self._probe_all(startup, probes, launch, unhealthy, post_start)
             tasks.append(loop.create_task(probing, name=f"probes {self.name}"))
         exit_task = loop.create_task(wait_exit(handle), name=f"container {self.name} pid {handle.pid}")
         kill_task = loop.create_task(unhealthy.wait())
@@ -379,11 +392,24 @@ class ContainerSupervisor:
                     await task
 
     async def _probe_all(
-        self, startup: ProbeSpec | None, probes: dict[str, ProbeSpec], launch: LaunchSpec, unhealthy: asyncio.Event
+        self,
+        startup: ProbeSpec | None,
+        probes: dict[str, ProbeSpec],
+        launch: LaunchSpec,
+        unhealthy: asyncio.Event,
+        post_start: Mapping[str, Any] | None = None,
     ) -> None:
-        """The startup probe until it passes (probes.py rule 4), then the readiness and liveness probes side by
-        side; a startup probe that fails out kills the instance as a failed liveness probe does."""
+        """The postStart hook (a new instance's), then the startup probe until it passes (probes.py rule 4), then the
+        readiness and liveness probes side by side. No probe runs before the hook has finished; a hook that fails
+        or a startup probe that fails out kills the instance as a failed liveness probe does."""
         others = {key: spec for key, spec in probes.items() if key != "startupProbe"}
+        if post_start is not None:
+            failure = await run_hook(post_start, self.spec, launch.target, POST_START_LIMIT)
+            if failure:
+                self.hooks.event("Warning", "FailedPostStartHook", f"PostStartHook failed: {failure}")
+                self.hooks.event("Normal", "Killing", f"Container {self.name} failed its postStart hook")
+                unhealthy.set()
+                return
         if startup is not None:
             if not await self._startup(startup, launch):
                 note = f"Container {self.name} failed startup probe, will be restarted"
@@ -391,6 +417,7 @@ class ContainerSupervisor:
                 unhealthy.set()
                 return
             self.state.apply(StartupPassed())
+        if startup is not None or post_start is not None:
             if "readinessProbe" not in others:
                 self.state.ready = True
             self.hooks.changed()
