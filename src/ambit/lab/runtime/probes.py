@@ -327,15 +327,20 @@ class ProbeWorker:
         self._sleep = sleep
         self._attempt = attempt
 
+    async def _attempt_once(self) -> tuple[ProbeResult, str]:
+        """One attempt, reported to ``on_failure`` when it failed."""
+        result, message = await self._attempt(self.spec, self.target)
+        if result is ProbeResult.FAILURE and self._on_failure is not None:
+            self._on_failure(message)
+        return result, message
+
     async def run_until_verdict(self) -> bool:
         """Probe until the tracker turns healthy (True) or has failed out (False): a startup probe (rule 4).
         ``on_verdict`` is not called; ``on_failure`` is, after every failed attempt."""
         if self.spec.initial_delay:
             await self._sleep(self.spec.initial_delay)
         while True:
-            result, message = await self._attempt(self.spec, self.target)
-            if result is ProbeResult.FAILURE and self._on_failure is not None:
-                self._on_failure(message)
+            result, _ = await self._attempt_once()
             self.tracker.observe(result)
             if self.tracker.healthy:
                 return True
@@ -347,9 +352,7 @@ class ProbeWorker:
         if self.spec.initial_delay:
             await self._sleep(self.spec.initial_delay)
         while True:
-            result, message = await self._attempt(self.spec, self.target)
-            if result is ProbeResult.FAILURE and self._on_failure is not None:
-                self._on_failure(message)
+            result, message = await self._attempt_once()
             if self.tracker.observe(result):
                 self._on_verdict(self.tracker.healthy, message)
             await self._sleep(self.spec.period)
