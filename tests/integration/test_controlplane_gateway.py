@@ -218,6 +218,25 @@ async def test_the_istio_gateway_class_is_installed_and_accepted(kube: KubeClien
     assert gateway_class["spec"]["controllerName"] == "istio.io/gateway-controller"
 
 
+async def test_a_deleted_default_gateway_class_is_created_again_and_accepted(
+    kube: KubeClient, plane: ControlPlane
+) -> None:
+    """istiod's class controller re-creates its classes when they are deleted (upstream TestWaypointStatus
+    expects the waypoint class Accepted whatever happened to it)."""
+    await eventually(lambda: _class_accepted(kube))
+    old = await kube.get(kinds.GATEWAY_CLASSES, "istio-waypoint")
+    await kube.delete(kinds.GATEWAY_CLASSES, "istio-waypoint")
+
+    async def recreated() -> Obj | None:
+        found = await get(kube, kinds.GATEWAY_CLASSES, "istio-waypoint", None)
+        if found is None or found["metadata"]["uid"] == old["metadata"]["uid"]:
+            return None
+        return found if condition(found, "Accepted").get("status") == "True" else None
+
+    gateway_class = await eventually(recreated)
+    assert gateway_class["spec"]["controllerName"] == "istio.io/mesh-controller"
+
+
 async def test_an_ingress_gateway_gets_a_load_balancer_and_is_programmed_with_its_address(
     kube: KubeClient, plane: ControlPlane, namespace: str
 ) -> None:

@@ -18,7 +18,8 @@ plan and write the Gateway's status (:mod:`.status`, :mod:`.ingress_status`) and
 (:mod:`ambit.controlplane.translate.listener_sets`: an admitted one's ports are opened on the Gateway's Service too),
 and the ``Accepted`` status of the
 GatewayClasses whose ``controllerName`` is ``istio.io/mesh-controller`` or ``istio.io/gateway-controller``. At
-start it creates the GatewayClasses ``istio-waypoint`` and ``istio`` when they are missing, as istiod does.
+start, and in any pass that finds one gone (deleted), it creates the GatewayClasses ``istio-waypoint`` and ``istio``
+when they are missing, as istiod's class controller does.
 
 An ingress Gateway deployed by hand (its ``spec.addresses`` name a Service: :mod:`.static_addresses`) gets nothing
 deployed; its status is judged from the named Services and their EndpointSlices, which the controller reads
@@ -447,6 +448,10 @@ class GatewayController:
         self.passes += 1
         ok = True
         now = rfc3339(self._clock())
+        if self.settings.create_class and kinds.GATEWAY_CLASSES.plural not in self.absent:
+            present = {_field(item, "metadata", "name") for item in self._items(kinds.GATEWAY_CLASSES)}
+            if any(name not in present for name, _, _ in CLASSES):  # deleted: istiod's class controller re-creates it
+                await self.ensure_class()
         for gateway_class in self._items(kinds.GATEWAY_CLASSES):
             if _field(gateway_class, "spec", "controllerName") in (MESH_CONTROLLER, GATEWAY_CONTROLLER):
                 ok &= await self._write_status(kinds.GATEWAY_CLASSES, gateway_class, class_status(gateway_class), now)
