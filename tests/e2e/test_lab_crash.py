@@ -56,11 +56,16 @@ class Snapshot:
         )
 
     def new_since(self, before: Snapshot, prefix: str) -> dict[str, list[str]]:
-        """What is here and was not before: ours (with ``prefix``) or unexplained (not another lab's)."""
+        """What is here and was not before: ours (with ``prefix``) or unexplained (not another lab's). Network
+        namespaces count only with our prefix: every one a lab makes carries it, and the machine tests of another
+        share (tests/netns, run beside the lab stream) make and remove their own in the same /run/netns."""
         found: dict[str, list[str]] = {}
         for field in ("netns", "links", "nft_tables", "netns_mounts"):
             added = getattr(self, field) - getattr(before, field)
-            mine = [x for x in added if prefix in x or not OTHER_LAB.search(x)]
+            if field in ("netns", "netns_mounts"):
+                mine = [x for x in added if prefix in x]
+            else:
+                mine = [x for x in added if prefix in x or not OTHER_LAB.search(x)]
             if mine:
                 found[field] = sorted(mine)
         return found
