@@ -909,6 +909,104 @@ async def test_a_restarted_runtime_does_not_run_the_init_containers_of_an_initia
     assert not [f for kind, f in record.notes[notes:] if kind == "process"]
 
 
+SIDECAR = """
+import pathlib, signal, sys, time
+here = pathlib.Path(sys.argv[1])
+def bye(*_):
+    trail = here / "trail"
+    trail.write_text(trail.read_text() + sys.argv[2] + "-stopped" + chr(10))
+    sys.exit(0)
+signal.signal(signal.SIGTERM, bye)
+time.sleep(0.3)
+(here / "ready").write_text("")
+print("sidecar up", flush=True)
+while True:
+    time.sleep(1)
+"""
+
+CHECKS_READY = """
+import pathlib, sys
+here = pathlib.Path(sys.argv[1])
+trail = here / "trail"
+trail.write_text(trail.read_text() + ("saw-ready" if (here / "ready").exists() else "no-ready") + chr(10))
+"""
+
+
+async def test_a_native_sidecar_starts_before_the_next_init_container_and_runs_beside_the_app_until_after_it(
+    kube: KubeClient, start_runtime: Start, settings: NodeRuntimeSettings, tmp_path: Path
+) -> None:
+    await start_runtime()
+    trail = tmp_path / "trail"
+    trail.write_text("")
+    sidecar = container(
+        "proxy",
+        SIDECAR,
+        args=[str(tmp_path), "proxy"],
+        restartPolicy="Always",
+        startupProbe={"exec": {"command": ["test", "-f", str(tmp_path / "ready")]}, "periodSeconds": 1},
+    )
+    manifest = pod_manifest(
+        "sidecar",
+        container("app", SIDECAR, args=[str(tmp_path), "app"]),
+        initContainers=[sidecar, container("check", CHECKS_READY, args=[str(tmp_path)])],
+    )
+    uid = (await kube.create(kinds.PODS, manifest))["metadata"]["uid"]
+
+    async def ready() -> dict[str, Any] | None:
+        pod = await get_pod(kube, "sidecar")
+        return pod if pod and condition(pod, "Ready").get("status") == "True" else None
+
+    pod = await eventually(ready)
+    assert trail.read_text() == "saw-ready\n"  # the next init container waited for the sidecar's startup probe
+    assert pod["status"]["phase"] == "Running"
+    assert condition(pod, "Initialized")["status"] == "True"
+    proxy = init_state(pod, 0)
+    assert "running" in proxy["state"]
+    assert (proxy["started"], proxy["ready"]) == (True, True)
+    assert init_state(pod, 1)["state"]["terminated"]["reason"] == "Completed"
+    app_pid = int(container_state(pod)["containerID"].removeprefix("ambit://"))
+    proxy_pid = int(proxy["containerID"].removeprefix("ambit://"))
+
+    os.killpg(proxy_pid, signal.SIGKILL)  # a sidecar that exits is restarted; the app runs on
+
+    async def restarted() -> dict[str, Any] | None:
+        pod = await get_pod(kube, "sidecar")
+        state = init_state(pod, 0) if pod else {}
+        return pod if state.get("restartCount") == 1 and "running" in state.get("state", {}) else None
+
+    pod = await eventually(restarted)
+    assert condition(pod, "Initialized")["status"] == "True"
+    assert container_state(pod)["containerID"] == f"ambit://{app_pid}"
+    assert trail.read_text() == "saw-ready\n"  # the plain init container did not run again
+    proxy_log = settings.pods_dir / uid / "proxy.log"
+    await until(lambda: proxy_log.read_text().count("sidecar up") == 2)
+
+    await kube.delete(kinds.PODS, "sidecar", NS)
+    await eventually(lambda: _gone(kube, "sidecar"))
+    assert trail.read_text() == "saw-ready\napp-stopped\nproxy-stopped\n"  # the sidecar stops after the app
+
+
+async def test_a_native_sidecar_is_stopped_once_the_app_containers_completed(
+    kube: KubeClient, start_runtime: Start, tmp_path: Path
+) -> None:
+    await start_runtime()
+    trail = tmp_path / "trail"
+    trail.write_text("")
+    sidecar = container("proxy", SIDECAR, args=[str(tmp_path), "proxy"], restartPolicy="Always")
+    manifest = pod_manifest(
+        "job", container("app", "import time; time.sleep(0.5)"), initContainers=[sidecar], restartPolicy="Never"
+    )
+    await kube.create(kinds.PODS, manifest)
+
+    async def succeeded() -> dict[str, Any] | None:
+        pod = await get_pod(kube, "job")
+        return pod if pod and pod["status"].get("phase") == "Succeeded" else None
+
+    pod = await eventually(succeeded)
+    await until(lambda: trail.read_text() == "proxy-stopped\n")
+    assert container_state(pod)["state"]["terminated"]["exitCode"] == 0
+
+
 async def test_a_force_deleted_pod_is_stopped_and_cleaned_up(
     kube: KubeClient, start_runtime: Start, sandboxes: FakeSandboxes
 ) -> None:

@@ -17,6 +17,7 @@ from ambit.lab.runtime.containers import (
     crash_loop_backoff,
     incomplete_init,
     init_restart_policy,
+    is_sidecar,
     pod_phase,
     should_restart,
 )
@@ -370,3 +371,21 @@ def test_an_init_container_of_an_initialized_pod_is_taken_as_completed() -> None
     s.assume_completed()
     assert s.completed
     assert container_status(s, "img", POD, init=True)["state"]["terminated"]["reason"] == "Completed"
+
+
+def test_a_native_sidecar_counts_as_initialized_once_started_and_is_ready_by_its_readiness() -> None:
+    """Rule 11."""
+    sidecar = ContainerState("proxy", "Always", crash_loop_backoff(10.0, 300.0))
+    plain = init_state("Always")
+    assert is_sidecar(sidecar) and not is_sidecar(plain)
+    assert incomplete_init([sidecar, plain]) == ["proxy", "init"]
+    sidecar.apply(Started(42, T0, startup_probe=True))
+    assert incomplete_init([sidecar, plain]) == ["proxy", "init"]  # running, but its startup probe has not passed
+    sidecar.apply(StartupPassed())
+    assert incomplete_init([sidecar, plain]) == ["init"]
+    assert container_status(sidecar, "img", POD, init=True)["ready"] is False
+    sidecar.ready = True
+    status = container_status(sidecar, "img", POD, init=True)
+    assert (status["ready"], status["started"]) == (True, True)
+    assert sidecar.apply(Exited(0, T0 + 5)) is Phase.BACKING_OFF  # restarted whenever it exits
+    assert pod_phase("Never", [state("Never")], [sidecar]) == "Pending"  # restarting: never a failed initialization

@@ -249,6 +249,18 @@ def test_a_pod_initializing_names_its_incomplete_init_containers_until_they_all_
     assert "initContainerStatuses" not in pod_status(view(running(True)), {}, T0)  # none: no key, as the kubelet
 
 
+def test_an_initialized_pod_stays_initialized_while_its_sidecar_restarts_and_waits_for_its_readiness() -> None:
+    sidecar = ContainerState("proxy", "Always")
+    sidecar.apply(Started(11, T0))
+    sidecar.apply(Exited(1, T0 + 1))
+    app = running(True)
+    status = pod_status(view(app, init_containers=[(sidecar, "proxy")], initialized=True), {}, T0 + 2)
+    assert conditions(status)["Initialized"]["status"] == "True"
+    assert status["phase"] == "Running"
+    assert conditions(status)["Ready"]["message"] == "containers with unready status: [proxy]"
+    assert status["initContainerStatuses"][0]["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+
+
 def test_status_patches_carry_only_changes_and_remove_dropped_keys() -> None:
     first = pod_status(view(running(True)), {}, T0)
     assert status_patch(first, first) is None

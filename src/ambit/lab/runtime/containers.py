@@ -37,6 +37,10 @@ Rule 10. Init containers run the same machine with the restart policy :func:`ini
         they completed (exit code 0), as the kubelet's prober manager says; app containers wait as
         ``PodInitializing`` until every init container completed (:func:`incomplete_init`). An init container that
         exited for good with another code fails the pod (:func:`pod_phase`, which only a ``Never`` policy allows).
+Rule 11. A native sidecar (an init container whose own ``restartPolicy`` is Always: its state's policy is Always,
+        which no plain init container gets) counts as initialized once it is ``started`` (rule 9); it is restarted
+        whenever it exits, its status is ready by its readiness as an app container's, and it never fails the
+        pod's initialization.
 """
 
 from __future__ import annotations
@@ -136,6 +140,11 @@ def should_restart(restart_policy: str, exit_code: int | None) -> bool:
 def init_restart_policy(pod_policy: str) -> str:
     """Rule 10: an init container is restarted after a failure unless the pod's policy is Never."""
     return "Never" if pod_policy == "Never" else "OnFailure"
+
+
+def is_sidecar(state: ContainerState) -> bool:
+    """Rule 11: an init container that keeps running beside the app containers."""
+    return state.restart_policy == "Always"
 
 
 def crash_loop_backoff(initial: float = 10.0, maximum: float = 300.0, reset_after: float = 600.0) -> RestartBackoff:
@@ -283,7 +292,7 @@ def container_status(
         last = state.prior_termination
     status: dict[str, Any] = {
         "name": state.name,
-        "ready": state.completed if init else state.ready and state.phase is Phase.RUNNING,
+        "ready": state.completed if init and not is_sidecar(state) else state.ready and state.phase is Phase.RUNNING,
         "started": state.started,
         "restartCount": state.restart_count,
         "state": current,
@@ -297,15 +306,15 @@ def container_status(
 
 
 def incomplete_init(init_states: Sequence[ContainerState]) -> list[str]:
-    """The init containers that have not completed, in order (rule 10)."""
-    return [state.name for state in init_states if not state.completed]
+    """The init containers that have not completed, or (sidecars, rule 11) not started, in order (rule 10)."""
+    return [s.name for s in init_states if not (s.started if is_sidecar(s) else s.completed)]
 
 
 def pod_phase(restart_policy: str, states: Sequence[ContainerState], init_states: Sequence[ContainerState] = ()) -> str:
     """The pod phase from its containers, as the kubelet's ``getPhase`` computes it: Pending while initializing,
     Failed when an init container exited for good unsuccessfully (rule 10)."""
     if incomplete_init(init_states):
-        failed = any(s.phase is Phase.EXITED and not s.completed for s in init_states)
+        failed = any(s.phase is Phase.EXITED and not s.completed and not is_sidecar(s) for s in init_states)
         return "Failed" if failed else "Pending"
     waiting = running = stopped = succeeded = 0
     for state in states:

@@ -23,6 +23,7 @@ from ambit.lab.runtime.containers import (
     Phase,
     container_status,
     incomplete_init,
+    is_sidecar,
     pod_phase,
     rfc3339,
 )
@@ -73,21 +74,25 @@ class PodView:
     """The node's IPv6 address in a dual-stack lab: ``hostIPs``' second entry, as the kubelet reports both."""
     init_containers: Sequence[tuple[ContainerState, str]] = ()
     """Each init container's state with its image, in order."""
+    initialized: bool = False
+    """The pod's init containers all completed (or started, sidecars) once: ``Initialized`` stays true after, when a
+    sidecar restarts, as the kubelet keeps it."""
 
 
 def pod_status(view: PodView, previous: Mapping[str, Any], now: float) -> dict[str, Any]:
     """The status the node reports; ``previous`` is the pod's current status (for transition times)."""
     states = [state for state, _ in view.containers]
     init_states = [state for state, _ in view.init_containers]
-    incomplete = incomplete_init(init_states)
-    phase = pod_phase(view.restart_policy, states, init_states)
+    incomplete = [] if view.initialized else incomplete_init(init_states)
+    phase = pod_phase(view.restart_policy, states, [] if view.initialized else init_states)
     if view.deleted and phase not in ("Succeeded", "Failed"):
         all_ok = all((s.last_termination or {}).get("exitCode") == 0 and s.phase is Phase.EXITED for s in states)
         phase = "Succeeded" if all_ok and states else "Failed"
     conditions = {
         str(c.get("type")): c for c in previous.get("conditions") or () if isinstance(c, dict) and c.get("type")
     }
-    unready = [s.name for s in states if not (s.ready and s.phase is Phase.RUNNING)]
+    sidecars = [s for s in init_states if is_sidecar(s)]
+    unready = [s.name for s in (*sidecars, *states) if not (s.ready and s.phase is Phase.RUNNING)]
     terminal = phase in ("Succeeded", "Failed")
     if terminal:
         ready_reason, ready_message = "PodCompleted", ""

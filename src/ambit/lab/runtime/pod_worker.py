@@ -30,7 +30,10 @@ Rule 2d. INIT: then each of ``spec.initContainers`` runs in order, one at a time
         prepared as app containers are but with no probes or lifecycle hooks; one that fails is restarted with the
         back-off unless the pod's ``restartPolicy`` is Never, which fails the pod. No app container starts before
         they all completed; the pod is Pending, ``Initialized`` false naming the incomplete ones, meanwhile.
-        Rule 4 stops a running init container as any other, and nothing further starts.
+        Rule 4 stops a running init container as any other, and nothing further starts. A native sidecar (an init
+        container with ``restartPolicy: Always``) keeps its probes and hooks: once it is started (its startup
+        probe passed) the next one starts; it runs beside the app containers, restarted whenever it exits, and is
+        stopped after them (in reverse order) when they have all exited for good or the pod is deleted.
 Rule 3. RUNNING: one supervisor per container starts, restarts and probes it (its own rules are in
         :mod:`ambit.lab.runtime.containers_apply`). When every container has exited for good the pod is Succeeded or
         Failed and its sandbox is destroyed; the worker then only waits for the pod's deletion.
@@ -74,6 +77,7 @@ from ambit.lab.runtime.containers import (
     Phase,
     crash_loop_backoff,
     init_restart_policy,
+    is_sidecar,
     parse_rfc3339,
     pod_phase,
     rfc3339,
@@ -217,12 +221,16 @@ class PodWorker:
         }
         policy = str(spec.get("restartPolicy") or "Always")
         self.init_supervisors = [
-            # Kubernetes forbids probes and lifecycle hooks on (plain) init containers: whatever an unvalidated
+            self._supervisor(c, "Always")
+            if c.get("restartPolicy") == "Always"  # a native sidecar (rule 2d)
+            # Kubernetes forbids probes and lifecycle hooks on plain init containers: whatever an unvalidated
             # manifest says, none run (rule 2d).
-            self._supervisor({k: v for k, v in c.items() if k not in _NOT_FOR_INIT}, init_restart_policy(policy))
+            else self._supervisor({k: v for k, v in c.items() if k not in _NOT_FOR_INIT}, init_restart_policy(policy))
             for c in spec.get("initContainers") or ()
             if isinstance(c, dict)
         ]
+        self._progress = asyncio.Event()
+        """Set at each change of a container's state (a sidecar's start is waited for with it)."""
         self.supervisors = [self._supervisor(c, policy) for c in spec.get("containers") or () if isinstance(c, dict)]
         ran = any(
             "running" in (cs.get("state") or {}) or "terminated" in (cs.get("state") or {})
@@ -257,6 +265,10 @@ class PodWorker:
     @property
     def all_supervisors(self) -> list[ContainerSupervisor]:
         return [*self.init_supervisors, *self.supervisors]
+
+    @property
+    def sidecars(self) -> list[ContainerSupervisor]:
+        return [sup for sup in self.init_supervisors if is_sidecar(sup.state)]
 
     # -- paths ----------------------------------------------------------------------------------------------------
     @property
@@ -377,12 +389,16 @@ class PodWorker:
                 await self._cancel_token_refresh()
                 await self._destroy_sandbox()
             return
+        for sup in self.sidecars:  # already running unless adopted (rule 6)
+            if sup.state.phase is not Phase.EXITED:
+                sup.start(adopted.get(sup.name))
         tasks = [sup.start(adopted.get(sup.name)) for sup in self.supervisors if sup.state.phase is not Phase.EXITED]
         self._changed.set()
         if tasks:
             await asyncio.wait(tasks)
         states = [sup.state for sup in self.supervisors]
         if pod_phase(self._policy, states) in ("Succeeded", "Failed"):
+            await self._stop_sidecars(self._grace())
             await self._cancel_token_refresh()
             await self._destroy_sandbox()
 
@@ -394,6 +410,10 @@ class PodWorker:
         """Rule 2d: run the init containers in order, each to completion; False when one will not complete (the
         pod failed, or it cannot be started as specified)."""
         for sup in self.init_supervisors:
+            if is_sidecar(sup.state):
+                if not await self._sidecar_started(sup, adopted.get(sup.name)):
+                    return False
+                continue
             if sup.state.phase is not Phase.EXITED:
                 # Not awaited directly: cancelling this stage (rule 4) must leave the container to sup.stop().
                 await asyncio.wait([sup.start(adopted.get(sup.name))])
@@ -403,6 +423,27 @@ class PodWorker:
         self._save()
         self._changed.set()
         return True
+
+    async def _sidecar_started(self, sup: ContainerSupervisor, adopt: ProcessHandle | None) -> bool:
+        """Start a sidecar and wait until it is started (rule 9); False when its supervisor gave up first."""
+        task = sup.start(adopt)
+        while not sup.state.started:
+            if task.done():
+                return False
+            self._progress.clear()
+            progress = asyncio.ensure_future(self._progress.wait())
+            try:
+                await asyncio.wait([task, progress], return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                progress.cancel()
+        return True
+
+    async def _stop_sidecars(self, grace: float) -> None:
+        """Sidecars stop after the app containers, the last started first (rule 2d)."""
+        for sup in reversed(self.sidecars):
+            if sup.state.phase is Phase.RUNNING:
+                self.event("Normal", "Killing", f"Stopping container {sup.name}")
+            await sup.stop(grace)
 
     def _adopt(self) -> dict[str, ProcessHandle]:
         """Rule 6: the processes of a previous runtime that still run, by container name; containers that
@@ -430,7 +471,7 @@ class PodWorker:
             if sup.name not in adopted:
                 self.record.processes.pop(sup.name, None)
         for sup in self.init_supervisors if self.record.initialized else ():
-            if sup.state.phase is not Phase.EXITED:
+            if sup.state.phase is not Phase.EXITED and not is_sidecar(sup.state):
                 sup.state.assume_completed()
         if self.sandbox is not None and self.sandbox.netns_path:
             known: set[int] = set()
@@ -450,10 +491,13 @@ class PodWorker:
         grace = self._grace()
         began = time.monotonic()
         log.info("pod %s/%s: terminating (grace %.0fs)", self.namespace, self.name, grace)
-        for sup in self.all_supervisors:
+        first = [*(sup for sup in self.init_supervisors if not is_sidecar(sup.state)), *self.supervisors]
+        for sup in first:
             if sup.state.phase is Phase.RUNNING:
                 self.event("Normal", "Killing", f"Stopping container {sup.name}")
-        await asyncio.gather(*(sup.stop(grace) for sup in self.all_supervisors))
+        await asyncio.gather(*(sup.stop(grace) for sup in first))
+        minimum = self.runtime.settings.minimum_grace_seconds
+        await self._stop_sidecars(max(grace - (time.monotonic() - began), minimum))
         await self._stop_unsupervised(grace)
         log.info("pod %s/%s: containers stopped in %.1fs", self.namespace, self.name, time.monotonic() - began)
         self._stopped = True
@@ -689,6 +733,7 @@ class PodWorker:
                 restart_policy=str(spec.get("restartPolicy") or "Always"),
                 containers=[(sup.state, str(sup.spec.get("image") or "")) for sup in self.supervisors],
                 init_containers=[(sup.state, str(sup.spec.get("image") or "")) for sup in self.init_supervisors],
+                initialized=self.record.initialized,
                 pod_ref=f"{self.name}_{self.namespace}({self.uid})",
                 host_ip=self.runtime.settings.node_ip,
                 host_ip6=self.runtime.settings.node_ip6,
@@ -719,6 +764,7 @@ class PodWorker:
 
     def changed(self) -> None:
         self._changed.set()
+        self._progress.set()
 
     async def spawned(self, name: str, handle: ProcessHandle) -> None:
         await self.runtime.note_process(handle, f"container {self.namespace}/{self.name}/{name}")
