@@ -186,6 +186,33 @@ async def test_kubectl_logs_of_a_pod_with_two_containers_needs_a_name_or_the_def
     assert "a container name must be specified for pod two, choose one of: [a b]" in err
 
 
+async def test_kubectl_logs_and_exec_reach_a_running_init_container_by_name(rig: Rig) -> None:
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "init", "namespace": "default"},
+        "spec": {
+            "nodeName": "node-a",
+            "initContainers": [{"name": "setup", "image": "registry.example/x:1"}],
+            "containers": [{"name": "main", "image": "registry.example/x:1"}],
+        },
+    }
+    await rig.kube.create(kinds.PODS, body, "default")
+    status = {
+        "phase": "Pending",
+        "initContainerStatuses": [
+            {"name": "setup", "ready": False, "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}
+        ],
+        "containerStatuses": [{"name": "main", "ready": False, "state": {"waiting": {"reason": "PodInitializing"}}}],
+    }
+    pod = await rig.kube.patch_status(kinds.PODS, "init", {"status": status}, "default")
+    rig.pods.pods[("default", "init")] = pod
+    write_log(rig, pod, "setup", "preparing\n")
+    assert await kubectl(rig.config, "logs", "init", "-c", "setup") == "preparing\n"
+    code, out, err = await run_kubectl(rig.config, "exec", "init", "-c", "setup", "--", "echo", "inside")
+    assert (code, out) == (0, "inside\n"), err
+
+
 async def test_kubectl_logs_refuses_previous_timestamps_and_a_negative_tail_with_kubes_codes(rig: Rig) -> None:
     await rig.pod("p")
     code, _, err = await run_kubectl(rig.config, "logs", "p", "--previous")

@@ -701,6 +701,312 @@ async def test_a_post_start_hook_runs_before_the_container_is_ready_and_a_failin
     assert any("exited with 2" in note for note in notes), notes
 
 
+# -- init containers ----------------------------------------------------------------------------------------------
+APPEND = "import pathlib, sys; p = pathlib.Path(sys.argv[1]); p.write_text(p.read_text() + sys.argv[2] + chr(10))"
+
+AFTER_GO = """
+import pathlib, sys, time
+go = pathlib.Path(sys.argv[1]) / "go"
+while not go.exists():
+    time.sleep(0.05)
+trail = pathlib.Path(sys.argv[1]) / "trail"
+trail.write_text(trail.read_text() + "second" + chr(10))
+"""
+
+READER = """
+import pathlib, signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+print("trail", pathlib.Path(sys.argv[1]).read_text().split(), flush=True)
+while True:
+    time.sleep(1)
+"""
+
+
+def init_state(pod: dict[str, Any], index: int) -> dict[str, Any]:
+    statuses = (pod.get("status") or {}).get("initContainerStatuses") or []
+    return dict(statuses[index]) if len(statuses) > index else {}
+
+
+async def kubectl_status(kubeconfig: Path, name: str) -> str:
+    """The STATUS column ``kubectl get pod`` prints (kubectl's own printer judges what the node wrote)."""
+    proc = await asyncio.create_subprocess_exec(
+        "kubectl",
+        "get",
+        "pod",
+        name,
+        "-n",
+        NS,
+        "--no-headers",
+        env=dict(os.environ, KUBECONFIG=str(kubeconfig), KUBECACHEDIR=str(kubeconfig.parent / "kubecache")),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()
+    return out.decode().split()[2]
+
+
+@pytest.mark.kubectl
+async def test_init_containers_run_in_order_to_completion_before_the_app_container(
+    kube: KubeClient, start_runtime: Start, settings: NodeRuntimeSettings, apiserver: ApiServer, tmp_path: Path
+) -> None:
+    await start_runtime()
+    trail = tmp_path / "trail"
+    trail.write_text("")
+    manifest = pod_manifest(
+        "inits",
+        container("app", READER, args=[str(trail)]),
+        initContainers=[
+            container("first", APPEND, args=[str(trail), "first"]),
+            container("second", AFTER_GO, args=[str(tmp_path)]),
+        ],
+    )
+    uid = (await kube.create(kinds.PODS, manifest))["metadata"]["uid"]
+
+    async def second_running() -> dict[str, Any] | None:
+        pod = await get_pod(kube, "inits")
+        return pod if pod and "running" in init_state(pod, 1).get("state", {}) else None
+
+    pod = await eventually(second_running)
+    assert trail.read_text() == "first\n"
+    assert pod["status"]["phase"] == "Pending"
+    initialized = condition(pod, "Initialized")
+    assert (initialized["status"], initialized["reason"]) == ("False", "ContainersNotInitialized")
+    assert initialized["message"] == "containers with incomplete status: [second]"
+    first = init_state(pod, 0)
+    assert first["state"]["terminated"]["reason"] == "Completed"
+    assert (first["state"]["terminated"]["exitCode"], first["ready"], first["restartCount"]) == (0, True, 0)
+    assert init_state(pod, 1)["ready"] is False
+    assert container_state(pod)["state"] == {"waiting": {"reason": "PodInitializing"}}
+    assert not (settings.pods_dir / uid / "app.log").exists()
+    assert await kubectl_status(apiserver.kubeconfig, "inits") == "Init:1/2"
+
+    (tmp_path / "go").write_text("")
+
+    async def running() -> dict[str, Any] | None:
+        pod = await get_pod(kube, "inits")
+        return pod if pod and pod["status"].get("phase") == "Running" else None
+
+    pod = await eventually(running)
+    assert condition(pod, "Initialized")["status"] == "True"
+    assert [s["state"]["terminated"]["reason"] for s in pod["status"]["initContainerStatuses"]] == ["Completed"] * 2
+    log = settings.pods_dir / uid / "app.log"
+    await until(lambda: log.exists() and "trail ['first', 'second']" in log.read_text())
+    assert await kubectl_status(apiserver.kubeconfig, "inits") == "Running"
+    started = [e["note"] for e in await events(kube, "Started")]
+    assert started[:3] == ["Started container first", "Started container second", "Started container app"]
+    assert not await events(kube, "Failed")  # no more "not supported" warning
+
+
+@pytest.mark.kubectl
+async def test_a_failing_init_container_is_retried_and_the_app_container_never_starts(
+    kube: KubeClient, start_runtime: Start, settings: NodeRuntimeSettings, apiserver: ApiServer
+) -> None:
+    await start_runtime()
+    manifest = pod_manifest("stuck", container("app", POLITE), initContainers=[container("init", CRASH)])
+    uid = (await kube.create(kinds.PODS, manifest))["metadata"]["uid"]
+    shown: set[str] = set()
+
+    async def retried() -> dict[str, Any] | None:
+        pod = await get_pod(kube, "stuck")
+        if pod is None:
+            return None
+        shown.add(await kubectl_status(apiserver.kubeconfig, "stuck"))
+        return pod if init_state(pod, 0).get("restartCount", 0) >= 2 and "Init:CrashLoopBackOff" in shown else None
+
+    pod = await eventually(retried, within=15)
+    assert pod["status"]["phase"] == "Pending"
+    last = init_state(pod, 0)["lastState"]["terminated"]
+    assert (last["exitCode"], last["reason"]) == (3, "Error")
+    assert condition(pod, "Initialized")["message"] == "containers with incomplete status: [init]"
+    assert container_state(pod)["state"] == {"waiting": {"reason": "PodInitializing"}}
+    assert not (settings.pods_dir / uid / "app.log").exists()
+
+
+@pytest.mark.kubectl
+async def test_a_failed_init_container_fails_a_pod_that_never_restarts(
+    kube: KubeClient,
+    start_runtime: Start,
+    settings: NodeRuntimeSettings,
+    sandboxes: FakeSandboxes,
+    apiserver: ApiServer,
+) -> None:
+    await start_runtime()
+    manifest = pod_manifest(
+        "doomed", container("app", POLITE), initContainers=[container("init", CRASH)], restartPolicy="Never"
+    )
+    uid = (await kube.create(kinds.PODS, manifest))["metadata"]["uid"]
+
+    async def failed() -> dict[str, Any] | None:
+        pod = await get_pod(kube, "doomed")
+        return pod if pod and pod["status"].get("phase") == "Failed" else None
+
+    pod = await eventually(failed)
+    terminated = init_state(pod, 0)["state"]["terminated"]
+    assert (terminated["exitCode"], terminated["reason"]) == (3, "Error")
+    assert init_state(pod, 0)["restartCount"] == 0
+    assert condition(pod, "Initialized")["status"] == "False"
+    assert container_state(pod)["state"] == {"waiting": {"reason": "PodInitializing"}}
+    assert await kubectl_status(apiserver.kubeconfig, "doomed") == "Init:Error"
+    await until(lambda: uid in sandboxes.destroyed)
+    assert not (settings.pods_dir / uid / "app.log").exists()
+
+
+async def test_deleting_a_pod_during_initialization_stops_its_init_container_and_starts_nothing_more(
+    kube: KubeClient, start_runtime: Start, settings: NodeRuntimeSettings
+) -> None:
+    await start_runtime()
+    manifest = pod_manifest(
+        "halted", container("app", POLITE), initContainers=[container("wait", POLITE), container("next", "pass")]
+    )
+    uid = (await kube.create(kinds.PODS, manifest))["metadata"]["uid"]
+    log = settings.pods_dir / uid / "wait.log"
+    await until(lambda: log.exists() and "up" in log.read_text())
+    pod = await get_pod(kube, "halted")
+    assert pod is not None
+    pid = int(init_state(pod, 0)["containerID"].removeprefix("ambit://"))
+    await kube.delete(kinds.PODS, "halted", NS)
+    await eventually(lambda: _gone(kube, "halted"))
+    assert "got SIGTERM" in log.read_text()
+    assert not alive(pid)
+    assert not (settings.pods_dir / uid / "next.log").exists()
+    assert not (settings.pods_dir / uid / "app.log").exists()
+
+
+async def test_a_restarted_runtime_does_not_run_the_init_containers_of_an_initialized_pod_again(
+    kube: KubeClient, start_runtime: Start, record: FakeRecord, tmp_path: Path
+) -> None:
+    first = await start_runtime()
+    trail = tmp_path / "trail"
+    trail.write_text("")
+    manifest = pod_manifest(
+        "again", container("app", POLITE), initContainers=[container("init", APPEND, args=[str(trail), "ran"])]
+    )
+    await kube.create(kinds.PODS, manifest)
+
+    async def app_pid() -> int | None:
+        pod = await get_pod(kube, "again")
+        cid = container_state(pod).get("containerID") if pod else None
+        return int(cid.removeprefix("ambit://")) if cid and pod and pod["status"]["phase"] == "Running" else None
+
+    pid = await eventually(app_pid)
+    await first.aclose()  # as if killed: the app container keeps running
+    # Even with the init container's status lost, the node knows the pod is initialized (runtime.json).
+    await kube.patch_status(kinds.PODS, "again", {"status": {"initContainerStatuses": None}}, NS)
+    notes = len(record.notes)
+    await start_runtime()
+
+    async def adopted() -> dict[str, Any] | None:
+        pod = await get_pod(kube, "again")
+        return pod if pod and condition(pod, "Ready").get("status") == "True" else None
+
+    await asyncio.sleep(0.5)  # time enough for an init container to run again, were it started
+    pod = await eventually(adopted)
+    assert container_state(pod)["containerID"] == f"ambit://{pid}"
+    assert init_state(pod, 0)["state"]["terminated"]["reason"] == "Completed"
+    assert condition(pod, "Initialized")["status"] == "True"
+    assert trail.read_text() == "ran\n"
+    assert not [f for kind, f in record.notes[notes:] if kind == "process"]
+
+
+SIDECAR = """
+import pathlib, signal, sys, time
+here = pathlib.Path(sys.argv[1])
+def bye(*_):
+    trail = here / "trail"
+    trail.write_text(trail.read_text() + sys.argv[2] + "-stopped" + chr(10))
+    sys.exit(0)
+signal.signal(signal.SIGTERM, bye)
+time.sleep(0.3)
+(here / "ready").write_text("")
+print("sidecar up", flush=True)
+while True:
+    time.sleep(1)
+"""
+
+CHECKS_READY = """
+import pathlib, sys
+here = pathlib.Path(sys.argv[1])
+trail = here / "trail"
+trail.write_text(trail.read_text() + ("saw-ready" if (here / "ready").exists() else "no-ready") + chr(10))
+"""
+
+
+async def test_a_native_sidecar_starts_before_the_next_init_container_and_runs_beside_the_app_until_after_it(
+    kube: KubeClient, start_runtime: Start, settings: NodeRuntimeSettings, tmp_path: Path
+) -> None:
+    await start_runtime()
+    trail = tmp_path / "trail"
+    trail.write_text("")
+    sidecar = container(
+        "proxy",
+        SIDECAR,
+        args=[str(tmp_path), "proxy"],
+        restartPolicy="Always",
+        startupProbe={"exec": {"command": ["test", "-f", str(tmp_path / "ready")]}, "periodSeconds": 1},
+    )
+    manifest = pod_manifest(
+        "sidecar",
+        container("app", SIDECAR, args=[str(tmp_path), "app"]),
+        initContainers=[sidecar, container("check", CHECKS_READY, args=[str(tmp_path)])],
+    )
+    uid = (await kube.create(kinds.PODS, manifest))["metadata"]["uid"]
+
+    async def ready() -> dict[str, Any] | None:
+        pod = await get_pod(kube, "sidecar")
+        return pod if pod and condition(pod, "Ready").get("status") == "True" else None
+
+    pod = await eventually(ready)
+    assert trail.read_text() == "saw-ready\n"  # the next init container waited for the sidecar's startup probe
+    assert pod["status"]["phase"] == "Running"
+    assert condition(pod, "Initialized")["status"] == "True"
+    proxy = init_state(pod, 0)
+    assert "running" in proxy["state"]
+    assert (proxy["started"], proxy["ready"]) == (True, True)
+    assert init_state(pod, 1)["state"]["terminated"]["reason"] == "Completed"
+    app_pid = int(container_state(pod)["containerID"].removeprefix("ambit://"))
+    proxy_pid = int(proxy["containerID"].removeprefix("ambit://"))
+
+    os.killpg(proxy_pid, signal.SIGKILL)  # a sidecar that exits is restarted; the app runs on
+
+    async def restarted() -> dict[str, Any] | None:
+        pod = await get_pod(kube, "sidecar")
+        state = init_state(pod, 0) if pod else {}
+        return pod if state.get("restartCount") == 1 and "running" in state.get("state", {}) else None
+
+    pod = await eventually(restarted)
+    assert condition(pod, "Initialized")["status"] == "True"
+    assert container_state(pod)["containerID"] == f"ambit://{app_pid}"
+    assert trail.read_text() == "saw-ready\n"  # the plain init container did not run again
+    proxy_log = settings.pods_dir / uid / "proxy.log"
+    await until(lambda: proxy_log.read_text().count("sidecar up") == 2)
+
+    await kube.delete(kinds.PODS, "sidecar", NS)
+    await eventually(lambda: _gone(kube, "sidecar"))
+    assert trail.read_text() == "saw-ready\napp-stopped\nproxy-stopped\n"  # the sidecar stops after the app
+
+
+async def test_a_native_sidecar_is_stopped_once_the_app_containers_completed(
+    kube: KubeClient, start_runtime: Start, tmp_path: Path
+) -> None:
+    await start_runtime()
+    trail = tmp_path / "trail"
+    trail.write_text("")
+    sidecar = container("proxy", SIDECAR, args=[str(tmp_path), "proxy"], restartPolicy="Always")
+    manifest = pod_manifest(
+        "job", container("app", "import time; time.sleep(0.5)"), initContainers=[sidecar], restartPolicy="Never"
+    )
+    await kube.create(kinds.PODS, manifest)
+
+    async def succeeded() -> dict[str, Any] | None:
+        pod = await get_pod(kube, "job")
+        return pod if pod and pod["status"].get("phase") == "Succeeded" else None
+
+    pod = await eventually(succeeded)
+    await until(lambda: trail.read_text() == "proxy-stopped\n")
+    assert container_state(pod)["state"]["terminated"]["exitCode"] == 0
+
+
 async def test_a_force_deleted_pod_is_stopped_and_cleaned_up(
     kube: KubeClient, start_runtime: Start, sandboxes: FakeSandboxes
 ) -> None:

@@ -15,6 +15,9 @@ from ambit.lab.runtime.containers import (
     StopRequested,
     container_status,
     crash_loop_backoff,
+    incomplete_init,
+    init_restart_policy,
+    is_sidecar,
     pod_phase,
     should_restart,
 )
@@ -289,3 +292,100 @@ def test_a_running_containers_main_process_is_the_child_of_its_runc_run() -> Non
     finally:
         child.kill()
         child.wait()
+
+
+# -- init containers (rule 10) ------------------------------------------------------------------------------------
+def init_state(pod_policy: str, name: str = "init") -> ContainerState:
+    return ContainerState(name, init_restart_policy(pod_policy), crash_loop_backoff(10.0, 300.0))
+
+
+@pytest.mark.parametrize(
+    ("pod_policy", "after_failure"),
+    [("Always", Phase.BACKING_OFF), ("OnFailure", Phase.BACKING_OFF), ("Never", Phase.EXITED)],
+)
+def test_an_init_container_is_retried_after_a_failure_unless_the_pod_never_restarts(
+    pod_policy: str, after_failure: Phase
+) -> None:
+    s = init_state(pod_policy)
+    s.apply(Started(42, T0))
+    assert s.apply(Exited(1, T0 + 1)) is after_failure
+    assert not s.completed
+    done = init_state(pod_policy)
+    done.apply(Started(43, T0))
+    assert done.apply(Exited(0, T0 + 1)) is Phase.EXITED  # a completed one never runs again, even with Always
+    assert done.completed
+
+
+def test_an_init_container_waits_as_pod_initializing_and_is_ready_once_completed() -> None:
+    s = init_state("Always")
+    waiting = container_status(s, "img", POD, init=True)
+    assert waiting["state"] == {"waiting": {"reason": "PodInitializing"}}
+    assert waiting["ready"] is False
+    s.apply(Started(42, T0))
+    running = container_status(s, "img", POD, init=True)
+    assert "running" in running["state"]
+    assert (running["ready"], running["started"]) == (False, True)
+    s.apply(Exited(1, T0 + 1))
+    crashing = container_status(s, "img", POD, init=True)
+    assert crashing["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+    assert crashing["lastState"]["terminated"]["reason"] == "Error"
+    assert crashing["ready"] is False
+    s.apply(Started(43, T0 + 2))
+    s.apply(Exited(0, T0 + 3))
+    completed = container_status(s, "img", POD, init=True)
+    assert completed["state"]["terminated"]["reason"] == "Completed"
+    assert (completed["ready"], completed["started"], completed["restartCount"]) == (True, False, 1)
+    # An app container of a pod still initializing waits as PodInitializing, then as ContainerCreating.
+    app = state()
+    assert container_status(app, "img", POD, initializing=True)["state"]["waiting"]["reason"] == "PodInitializing"
+    assert container_status(app, "img", POD)["state"]["waiting"]["reason"] == "ContainerCreating"
+
+
+def test_the_pod_is_pending_while_initializing_and_failed_by_an_init_container_that_will_not_complete() -> None:
+    first, second = init_state("Never", "first"), init_state("Never", "second")
+    app = state("Never")
+    assert incomplete_init([first, second]) == ["first", "second"]
+    assert pod_phase("Never", [app], [first, second]) == "Pending"
+    first.apply(Started(42, T0))
+    first.apply(Exited(0, T0 + 1))
+    assert incomplete_init([first, second]) == ["second"]
+    assert pod_phase("Never", [app], [first, second]) == "Pending"
+    second.apply(Started(43, T0 + 1))
+    second.apply(Exited(2, T0 + 2))
+    assert pod_phase("Never", [app], [first, second]) == "Failed"
+    retried = init_state("Always")
+    retried.apply(Started(44, T0))
+    retried.apply(Exited(2, T0 + 1))
+    assert pod_phase("Always", [state()], [retried]) == "Pending"  # CrashLoopBackOff: still initializing
+    done = init_state("Always")
+    done.apply(Started(45, T0))
+    done.apply(Exited(0, T0 + 1))
+    running = state()
+    running.apply(Started(46, T0 + 2))
+    assert incomplete_init([done]) == []
+    assert pod_phase("Always", [running], [done]) == "Running"
+
+
+def test_an_init_container_of_an_initialized_pod_is_taken_as_completed() -> None:
+    s = init_state("Always")
+    s.assume_completed()
+    assert s.completed
+    assert container_status(s, "img", POD, init=True)["state"]["terminated"]["reason"] == "Completed"
+
+
+def test_a_native_sidecar_counts_as_initialized_once_started_and_is_ready_by_its_readiness() -> None:
+    """Rule 11."""
+    sidecar = ContainerState("proxy", "Always", crash_loop_backoff(10.0, 300.0))
+    plain = init_state("Always")
+    assert is_sidecar(sidecar) and not is_sidecar(plain)
+    assert incomplete_init([sidecar, plain]) == ["proxy", "init"]
+    sidecar.apply(Started(42, T0, startup_probe=True))
+    assert incomplete_init([sidecar, plain]) == ["proxy", "init"]  # running, but its startup probe has not passed
+    sidecar.apply(StartupPassed())
+    assert incomplete_init([sidecar, plain]) == ["init"]
+    assert container_status(sidecar, "img", POD, init=True)["ready"] is False
+    sidecar.ready = True
+    status = container_status(sidecar, "img", POD, init=True)
+    assert (status["ready"], status["started"]) == (True, True)
+    assert sidecar.apply(Exited(0, T0 + 5)) is Phase.BACKING_OFF  # restarted whenever it exits
+    assert pod_phase("Never", [state("Never")], [sidecar]) == "Pending"  # restarting: never a failed initialization

@@ -218,6 +218,49 @@ def test_a_deleted_pod_ends_failed_unless_everything_exited_zero() -> None:
     assert pod_status(view(clean, deleted=True), {}, T0)["phase"] == "Succeeded"
 
 
+def test_a_pod_initializing_names_its_incomplete_init_containers_until_they_all_completed() -> None:
+    first, second = ContainerState("first", "OnFailure"), ContainerState("second", "OnFailure")
+    first.apply(Started(11, T0))
+    first.apply(Exited(0, T0 + 1))
+    second.apply(Started(12, T0 + 1))
+    app = ContainerState("app", "Always")
+    status = pod_status(view(app, init_containers=[(first, "busybox"), (second, "busybox")]), {}, T0 + 2)
+    assert status["phase"] == "Pending"
+    assert conditions(status)["Initialized"] == {
+        "type": "Initialized",
+        "status": "False",
+        "lastTransitionTime": "2023-11-14T22:13:22Z",
+        "reason": "ContainersNotInitialized",
+        "message": "containers with incomplete status: [second]",
+    }
+    assert [s["name"] for s in status["initContainerStatuses"]] == ["first", "second"]
+    assert status["initContainerStatuses"][0]["ready"] is True
+    assert "running" in status["initContainerStatuses"][1]["state"]
+    assert status["containerStatuses"][0]["state"] == {"waiting": {"reason": "PodInitializing"}}
+    second.apply(Exited(0, T0 + 3))
+    app.apply(Started(13, T0 + 3))
+    later = pod_status(view(app, init_containers=[(first, "busybox"), (second, "busybox")]), status, T0 + 4)
+    assert later["phase"] == "Running"
+    assert conditions(later)["Initialized"] == {
+        "type": "Initialized",
+        "status": "True",
+        "lastTransitionTime": "2023-11-14T22:13:24Z",
+    }
+    assert "initContainerStatuses" not in pod_status(view(running(True)), {}, T0)  # none: no key, as the kubelet
+
+
+def test_an_initialized_pod_stays_initialized_while_its_sidecar_restarts_and_waits_for_its_readiness() -> None:
+    sidecar = ContainerState("proxy", "Always")
+    sidecar.apply(Started(11, T0))
+    sidecar.apply(Exited(1, T0 + 1))
+    app = running(True)
+    status = pod_status(view(app, init_containers=[(sidecar, "proxy")], initialized=True), {}, T0 + 2)
+    assert conditions(status)["Initialized"]["status"] == "True"
+    assert status["phase"] == "Running"
+    assert conditions(status)["Ready"]["message"] == "containers with unready status: [proxy]"
+    assert status["initContainerStatuses"][0]["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+
+
 def test_status_patches_carry_only_changes_and_remove_dropped_keys() -> None:
     first = pod_status(view(running(True)), {}, T0)
     assert status_patch(first, first) is None
@@ -276,3 +319,13 @@ def test_the_state_file_round_trips(tmp_path: Path) -> None:
     path.write_text("{not json")
     assert PodRecord.load(path) is None
     assert PodRecord.load(tmp_path / "missing.json") is None
+
+
+def test_the_state_file_keeps_whether_the_pod_is_initialized(tmp_path: Path) -> None:
+    path = tmp_path / "u-1" / "runtime.json"
+    record = PodRecord("node-1", "u-1", None, {"app": (42, 1234)}, initialized=True)
+    record.save(path)
+    assert PodRecord.load(path) == record
+    path.write_text('{"node": "node-1", "uid": "u-1", "sandbox": null, "processes": {}}')  # an older file
+    loaded = PodRecord.load(path)
+    assert loaded is not None and loaded.initialized is False

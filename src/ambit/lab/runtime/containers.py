@@ -32,6 +32,15 @@ Rule 8. ``ConfigFailed`` out of RUNNING is an instance the container runtime cou
 Rule 9. ``started`` (the status's ``started``) is true while RUNNING once the startup probe passed: an instance of a
         container with a startup probe (``Started.startup_probe``) starts unstarted, and :class:`StartupPassed`
         marks it started; without one it is started as soon as it runs (the kubelet's ``UpdatePodStatus``).
+Rule 10. Init containers run the same machine with the restart policy :func:`init_restart_policy` gives (a
+        completed one never runs again). Their status waits as ``PodInitializing`` before they run and is ready once
+        they completed (exit code 0), as the kubelet's prober manager says; app containers wait as
+        ``PodInitializing`` until every init container completed (:func:`incomplete_init`). An init container that
+        exited for good with another code fails the pod (:func:`pod_phase`, which only a ``Never`` policy allows).
+Rule 11. A native sidecar (an init container whose own ``restartPolicy`` is Always: its state's policy is Always,
+        which no plain init container gets) counts as initialized once it is ``started`` (rule 9); it is restarted
+        whenever it exits, its status is ready by its readiness as an app container's, and it never fails the
+        pod's initialization.
 """
 
 from __future__ import annotations
@@ -126,6 +135,16 @@ def should_restart(restart_policy: str, exit_code: int | None) -> bool:
     if restart_policy == "OnFailure":
         return exit_code != 0
     return True  # Always, and the default
+
+
+def init_restart_policy(pod_policy: str) -> str:
+    """Rule 10: an init container is restarted after a failure unless the pod's policy is Never."""
+    return "Never" if pod_policy == "Never" else "OnFailure"
+
+
+def is_sidecar(state: ContainerState) -> bool:
+    """Rule 11: an init container that keeps running beside the app containers."""
+    return state.restart_policy == "Always"
 
 
 def crash_loop_backoff(initial: float = 10.0, maximum: float = 300.0, reset_after: float = 600.0) -> RestartBackoff:
@@ -232,6 +251,16 @@ class ContainerState:
         else:
             self.last_termination = terminated  # restarted at once, as after any first exit
 
+    def assume_completed(self) -> None:
+        """An init container of a pod known to be initialized whose status was never reported (rule 10)."""
+        self.phase = Phase.EXITED
+        self.last_termination = self.last_termination or {"exitCode": 0, "reason": "Completed"}
+
+    @property
+    def completed(self) -> bool:
+        """Exited for good with exit code 0 (an init container that did its work)."""
+        return self.phase is Phase.EXITED and (self.last_termination or {}).get("exitCode") == 0
+
     @property
     def started(self) -> bool:
         return self.phase is Phase.RUNNING and self.startup_passed
@@ -241,12 +270,16 @@ def container_id(pid: int) -> str:
     return f"ambit://{pid}"
 
 
-def container_status(state: ContainerState, image: str, pod_ref: str) -> dict[str, Any]:
-    """The ``containerStatuses`` entry (rule 4); ``pod_ref`` is ``name_namespace(uid)`` for messages."""
+def container_status(
+    state: ContainerState, image: str, pod_ref: str, *, init: bool = False, initializing: bool = False
+) -> dict[str, Any]:
+    """The ``containerStatuses`` entry (rule 4), or with ``init`` the ``initContainerStatuses`` one (rule 10);
+    ``initializing``: an app container of a pod whose init containers have not all completed. ``pod_ref`` is
+    ``name_namespace(uid)`` for messages."""
     current: dict[str, Any]
     last: dict[str, Any] | None = state.last_termination
     if state.phase is Phase.CREATING:
-        current = {"waiting": {"reason": "ContainerCreating"}}
+        current = {"waiting": {"reason": "PodInitializing" if init or initializing else "ContainerCreating"}}
     elif state.phase is Phase.CONFIG_ERROR:
         current = {"waiting": {"reason": state.reason, "message": state.message}}
     elif state.phase is Phase.RUNNING:
@@ -259,7 +292,7 @@ def container_status(state: ContainerState, image: str, pod_ref: str) -> dict[st
         last = state.prior_termination
     status: dict[str, Any] = {
         "name": state.name,
-        "ready": state.ready and state.phase is Phase.RUNNING,
+        "ready": state.completed if init and not is_sidecar(state) else state.ready and state.phase is Phase.RUNNING,
         "started": state.started,
         "restartCount": state.restart_count,
         "state": current,
@@ -272,8 +305,17 @@ def container_status(state: ContainerState, image: str, pod_ref: str) -> dict[st
     return status
 
 
-def pod_phase(restart_policy: str, states: Sequence[ContainerState]) -> str:
-    """The pod phase from its containers, as the kubelet's ``getPhase`` computes it."""
+def incomplete_init(init_states: Sequence[ContainerState]) -> list[str]:
+    """The init containers that have not completed, or (sidecars, rule 11) not started, in order (rule 10)."""
+    return [s.name for s in init_states if not (s.started if is_sidecar(s) else s.completed)]
+
+
+def pod_phase(restart_policy: str, states: Sequence[ContainerState], init_states: Sequence[ContainerState] = ()) -> str:
+    """The pod phase from its containers, as the kubelet's ``getPhase`` computes it: Pending while initializing,
+    Failed when an init container exited for good unsuccessfully (rule 10)."""
+    if incomplete_init(init_states):
+        failed = any(s.phase is Phase.EXITED and not s.completed and not is_sidecar(s) for s in init_states)
+        return "Failed" if failed else "Pending"
     waiting = running = stopped = succeeded = 0
     for state in states:
         if state.phase is Phase.RUNNING:

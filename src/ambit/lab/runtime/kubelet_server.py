@@ -222,8 +222,9 @@ async def _console_or_failure(listener: socket.socket, proc: asyncio.subprocess.
 
 
 def container_running(pod: Mapping[str, Any], container: str) -> bool:
-    """Whether the pod's status reports ``container`` running."""
-    for cs in (pod.get("status") or {}).get("containerStatuses") or ():
+    """Whether the pod's status reports ``container`` (an init container too) running."""
+    status = pod.get("status") or {}
+    for cs in (*(status.get("initContainerStatuses") or ()), *(status.get("containerStatuses") or ())):
         if isinstance(cs, Mapping) and cs.get("name") == container:
             return "running" in (cs.get("state") or {})
     return False
@@ -231,7 +232,8 @@ def container_running(pod: Mapping[str, Any], container: str) -> bool:
 
 def _container_names(pod: Mapping[str, Any]) -> list[str]:
     spec = pod.get("spec") or {}
-    return [str(c.get("name")) for c in (spec.get("containers") or ()) if isinstance(c, Mapping)]
+    every = (*(spec.get("initContainers") or ()), *(spec.get("containers") or ()))
+    return [str(c.get("name")) for c in every if isinstance(c, Mapping)]
 
 
 def _status(code: int, reason: str, message: str) -> web.Response:

@@ -1,10 +1,12 @@
 """A pod's status as its node reports it, computed without I/O, and the merge patch that writes it.
 
 Theory of operation. :func:`pod_status` derives the phase, the conditions (``PodReadyToStartContainers``,
-``Initialized``, ``Ready``, ``ContainersReady``, ``PodScheduled``), the addresses and the container statuses from a
-:class:`PodView` (the pod worker's state). A condition keeps its ``lastTransitionTime`` while its status stays the
-same; ``PodScheduled`` is the scheduler's and is kept as written. A pod being terminated has a final phase
-(Succeeded when every container exited 0, else Failed). :func:`status_patch` turns what was last written and the
+``Initialized``, ``Ready``, ``ContainersReady``, ``PodScheduled``), the addresses and the container statuses (init
+containers' too) from a :class:`PodView` (the pod worker's state). ``Initialized`` is false, naming the init
+containers that have not completed, until they all have (rule 10 of :mod:`ambit.lab.runtime.containers`). A
+condition keeps its ``lastTransitionTime`` while its status stays the same; ``PodScheduled`` is the scheduler's and
+is kept as written. A pod being terminated has a final phase (Succeeded when every container exited 0, else
+Failed). :func:`status_patch` turns what was last written and the
 new status into a merge patch of the keys the node manages (:data:`MANAGED_STATUS`), or None when nothing
 changed: status is written only when it differs (rule 5 of :mod:`ambit.lab.runtime.pod_worker`).
 """
@@ -16,9 +18,27 @@ from dataclasses import dataclass
 from typing import Any
 
 from ambit.lab.network.plugins import CniInvocationError
-from ambit.lab.runtime.containers import ContainerState, Phase, container_status, pod_phase, rfc3339
+from ambit.lab.runtime.containers import (
+    ContainerState,
+    Phase,
+    container_status,
+    incomplete_init,
+    is_sidecar,
+    pod_phase,
+    rfc3339,
+)
 
-MANAGED_STATUS = ("phase", "conditions", "hostIP", "hostIPs", "podIP", "podIPs", "startTime", "containerStatuses")
+MANAGED_STATUS = (
+    "phase",
+    "conditions",
+    "hostIP",
+    "hostIPs",
+    "podIP",
+    "podIPs",
+    "startTime",
+    "initContainerStatuses",
+    "containerStatuses",
+)
 
 
 def _condition(
@@ -52,19 +72,27 @@ class PodView:
     """Being terminated: the phase is final (Succeeded when every container exited 0, else Failed)."""
     host_ip6: str = ""
     """The node's IPv6 address in a dual-stack lab: ``hostIPs``' second entry, as the kubelet reports both."""
+    init_containers: Sequence[tuple[ContainerState, str]] = ()
+    """Each init container's state with its image, in order."""
+    initialized: bool = False
+    """The pod's init containers all completed (or started, sidecars) once: ``Initialized`` stays true after, when a
+    sidecar restarts, as the kubelet keeps it."""
 
 
 def pod_status(view: PodView, previous: Mapping[str, Any], now: float) -> dict[str, Any]:
     """The status the node reports; ``previous`` is the pod's current status (for transition times)."""
     states = [state for state, _ in view.containers]
-    phase = pod_phase(view.restart_policy, states)
+    init_states = [state for state, _ in view.init_containers]
+    incomplete = [] if view.initialized else incomplete_init(init_states)
+    phase = pod_phase(view.restart_policy, states, [] if view.initialized else init_states)
     if view.deleted and phase not in ("Succeeded", "Failed"):
         all_ok = all((s.last_termination or {}).get("exitCode") == 0 and s.phase is Phase.EXITED for s in states)
         phase = "Succeeded" if all_ok and states else "Failed"
     conditions = {
         str(c.get("type")): c for c in previous.get("conditions") or () if isinstance(c, dict) and c.get("type")
     }
-    unready = [s.name for s in states if not (s.ready and s.phase is Phase.RUNNING)]
+    sidecars = [s for s in init_states if is_sidecar(s)]
+    unready = [s.name for s in (*sidecars, *states) if not (s.ready and s.phase is Phase.RUNNING)]
     terminal = phase in ("Succeeded", "Failed")
     if terminal:
         ready_reason, ready_message = "PodCompleted", ""
@@ -82,7 +110,16 @@ def pod_status(view: PodView, previous: Mapping[str, Any], now: float) -> dict[s
             _condition(
                 "PodReadyToStartContainers", view.sandbox_ready, now, conditions, sandbox_reason, view.sandbox_error
             ),
-            _condition("Initialized", True, now, conditions, "PodCompleted" if terminal else ""),
+            _condition("Initialized", True, now, conditions, "PodCompleted" if terminal else "")
+            if not incomplete
+            else _condition(
+                "Initialized",
+                False,
+                now,
+                conditions,
+                "ContainersNotInitialized",
+                f"containers with incomplete status: [{' '.join(incomplete)}]",
+            ),
             _condition("Ready", not unready and not terminal, now, conditions, ready_reason, ready_message),
             _condition("ContainersReady", not unready and not terminal, now, conditions, ready_reason, ready_message),
             dict(scheduled) if scheduled else _condition("PodScheduled", True, now, conditions),
@@ -90,8 +127,15 @@ def pod_status(view: PodView, previous: Mapping[str, Any], now: float) -> dict[s
         "hostIP": view.host_ip,
         "hostIPs": [{"ip": ip} for ip in (view.host_ip, view.host_ip6) if ip],
         "startTime": view.start_time,
-        "containerStatuses": [container_status(state, image, view.pod_ref) for state, image in view.containers],
+        "containerStatuses": [
+            container_status(state, image, view.pod_ref, initializing=bool(incomplete))
+            for state, image in view.containers
+        ],
     }
+    if view.init_containers:
+        status["initContainerStatuses"] = [
+            container_status(state, image, view.pod_ref, init=True) for state, image in view.init_containers
+        ]
     if view.pod_ips:
         status["podIP"] = view.pod_ips[0]
         status["podIPs"] = [{"ip": ip} for ip in view.pod_ips]

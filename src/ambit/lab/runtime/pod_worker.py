@@ -26,6 +26,14 @@ Rule 2c. DNS: before each container starts in its own mount namespace, the pod's
         (:mod:`ambit.lab.runtime.pod_dns`), written to ``<pods_dir>/<uid>/resolv.conf`` and bound read-only at
         ``/etc/resolv.conf``. A ``dnsPolicy``/``dnsConfig`` that cannot be used keeps the container from starting
         with a Warning ``Failed`` Event naming the field; omitted excess is a Warning ``DNSConfigForming``.
+Rule 2d. INIT: then each of ``spec.initContainers`` runs in order, one at a time, to completion (exit code 0),
+        prepared as app containers are but with no probes or lifecycle hooks; one that fails is restarted with the
+        back-off unless the pod's ``restartPolicy`` is Never, which fails the pod. No app container starts before
+        they all completed; the pod is Pending, ``Initialized`` false naming the incomplete ones, meanwhile.
+        Rule 4 stops a running init container as any other, and nothing further starts. A native sidecar (an init
+        container with ``restartPolicy: Always``) keeps its probes and hooks: once it is started (its startup
+        probe passed) the next one starts; it runs beside the app containers, restarted whenever it exits, and is
+        stopped after them (in reverse order) when they have all exited for good or the pod is deleted.
 Rule 3. RUNNING: one supervisor per container starts, restarts and probes it (its own rules are in
         :mod:`ambit.lab.runtime.containers_apply`). When every container has exited for good the pod is Succeeded or
         Failed and its sandbox is destroyed; the worker then only waits for the pod's deletion.
@@ -40,8 +48,11 @@ Rule 6. Adoption: ``<pods_dir>/<uid>/runtime.json`` records the node, the sandbo
         start time, rewritten after each change. A worker starting for a pod that has that file takes over the
         sandbox and the processes that still run (the same pid and start time) instead of starting new ones;
         processes found in the pod's namespace that it does not know are killed. A pod the API already reports
-        Succeeded or Failed is never started again. After the first list, files of pods of this node that the
-        API no longer has are cleaned up (processes stopped, sandbox destroyed) by the node runtime.
+        Succeeded or Failed is never started again. The record also says whether the init containers all
+        completed (so are the reported app containers that ran); such a pod's init containers never run again.
+        An init container found running is adopted as any container and the sequence goes on from it. After the
+        first list, files of pods of this node that the API no longer has are cleaned up (processes stopped,
+        sandbox destroyed) by the node runtime.
 """
 
 from __future__ import annotations
@@ -65,6 +76,8 @@ from ambit.lab.runtime.containers import (
     Exited,
     Phase,
     crash_loop_backoff,
+    init_restart_policy,
+    is_sidecar,
     parse_rfc3339,
     pod_phase,
     rfc3339,
@@ -107,6 +120,7 @@ if TYPE_CHECKING:
     from ambit.lab.runtime.node_status import HostInfo
 
 RESOLV_CONF = "/etc/resolv.conf"
+_NOT_FOR_INIT = frozenset({"startupProbe", "readinessProbe", "livenessProbe", "lifecycle"})
 log = logging.getLogger("ambit.lab.runtime.kubelet")
 
 
@@ -194,38 +208,67 @@ class PodWorker:
         saved = PodRecord.load(self.state_path)
         self._saved = saved if saved is not None and saved.node == s.node_name and saved.uid == self.uid else None
         self.record = (
-            PodRecord(s.node_name, self.uid, self._saved.sandbox, dict(self._saved.processes))
+            PodRecord(s.node_name, self.uid, self._saved.sandbox, dict(self._saved.processes), self._saved.initialized)
             if self._saved is not None
             else PodRecord(s.node_name, self.uid)
         )
         """What ``runtime.json`` says; it starts as the saved one so a crash before adoption loses nothing."""
-        reported = {str(cs.get("name")): cs for cs in status.get("containerStatuses") or () if isinstance(cs, dict)}
-        self._reported = reported
+        self._reported = {
+            str(cs.get("name")): cs
+            for key in ("initContainerStatuses", "containerStatuses")
+            for cs in status.get(key) or ()
+            if isinstance(cs, dict)
+        }
         policy = str(spec.get("restartPolicy") or "Always")
-        self.supervisors: list[ContainerSupervisor] = []
-        for container in spec.get("containers") or ():
-            state = ContainerState(
-                str(container.get("name")),
-                policy,
-                crash_loop_backoff(s.restart_backoff_initial, s.restart_backoff_max, s.restart_backoff_reset),
-            )
-            before = reported.get(state.name) or {}
-            state.restart_count = int(before.get("restartCount") or 0)
-            last = (before.get("lastState") or {}).get("terminated")
-            state.last_termination = dict(last) if isinstance(last, dict) else None
-            self.supervisors.append(
-                ContainerSupervisor(
-                    container,
-                    state,
-                    self,
-                    config_retry=s.config_retry,
-                    clock=runtime.clock,
-                    sleep=runtime.sleep,
-                    runtime=runtime.containers,
-                    container_id=container_id(self.uid, state.name),
-                )
-            )
+        self.init_supervisors = [
+            self._supervisor(c, "Always")
+            if c.get("restartPolicy") == "Always"  # a native sidecar (rule 2d)
+            # Kubernetes forbids probes and lifecycle hooks on plain init containers: whatever an unvalidated
+            # manifest says, none run (rule 2d).
+            else self._supervisor({k: v for k, v in c.items() if k not in _NOT_FOR_INIT}, init_restart_policy(policy))
+            for c in spec.get("initContainers") or ()
+            if isinstance(c, dict)
+        ]
+        self._progress = asyncio.Event()
+        """Set at each change of a container's state (a sidecar's start is waited for with it)."""
+        self.supervisors = [self._supervisor(c, policy) for c in spec.get("containers") or () if isinstance(c, dict)]
+        ran = any(
+            "running" in (cs.get("state") or {}) or "terminated" in (cs.get("state") or {})
+            for cs in status.get("containerStatuses") or ()
+            if isinstance(cs, dict)
+        )
+        self.record.initialized = self.record.initialized or ran or not self.init_supervisors
         self.update(pod)
+
+    def _supervisor(self, container: dict[str, Any], policy: str) -> ContainerSupervisor:
+        s = self.runtime.settings
+        state = ContainerState(
+            str(container.get("name")),
+            policy,
+            crash_loop_backoff(s.restart_backoff_initial, s.restart_backoff_max, s.restart_backoff_reset),
+        )
+        before = self._reported.get(state.name) or {}
+        state.restart_count = int(before.get("restartCount") or 0)
+        last = (before.get("lastState") or {}).get("terminated")
+        state.last_termination = dict(last) if isinstance(last, dict) else None
+        return ContainerSupervisor(
+            container,
+            state,
+            self,
+            config_retry=s.config_retry,
+            clock=self.runtime.clock,
+            sleep=self.runtime.sleep,
+            runtime=self.runtime.containers,
+            container_id=container_id(self.uid, state.name),
+        )
+
+    @property
+    def all_supervisors(self) -> list[ContainerSupervisor]:
+        return [*self.init_supervisors, *self.supervisors]
+
+    @property
+    def sidecars(self) -> list[ContainerSupervisor]:
+        return [sup for sup in self.init_supervisors if is_sidecar(sup.state)]
 
     # -- paths ----------------------------------------------------------------------------------------------------
     @property
@@ -272,12 +315,12 @@ class PodWorker:
         await self._cancel_token_refresh()
         if stop:
             grace = self.runtime.settings.minimum_grace_seconds
-            await asyncio.gather(*(sup.stop(grace) for sup in self.supervisors))
+            await asyncio.gather(*(sup.stop(grace) for sup in self.all_supervisors))
             await self._stop_unsupervised(grace)
             await self._destroy_sandbox()
             self._forget()
         else:
-            await asyncio.gather(*(sup.detach() for sup in self.supervisors))
+            await asyncio.gather(*(sup.detach() for sup in self.all_supervisors))
             self._close_user_namespace()
 
     async def _run(self) -> None:
@@ -316,8 +359,6 @@ class PodWorker:
             return
         s = self.runtime.settings
         saved = self._saved
-        if (self.pod.get("spec") or {}).get("initContainers"):
-            self.event("Warning", "Failed", "init containers are not supported by the lab: they are not run")
         # rule 1
         if self._host_network:
             self.sandbox = SavedSandbox("", "", (s.node_ip,))
@@ -341,26 +382,75 @@ class PodWorker:
         self._volume_task = asyncio.get_running_loop().create_task(
             self._resync_volumes(), name=f"pod {self.name} volumes"
         )
-        # rule 6, then rule 3
+        # rule 6, then rules 2d and 3
         adopted = self._adopt()
+        if not self.record.initialized and not await self._initialize(adopted):
+            if pod_phase(self._policy, [], [sup.state for sup in self.init_supervisors]) == "Failed":
+                await self._cancel_token_refresh()
+                await self._destroy_sandbox()
+            return
+        for sup in self.sidecars:  # already running unless adopted (rule 6)
+            if sup.state.phase is not Phase.EXITED:
+                sup.start(adopted.get(sup.name))
         tasks = [sup.start(adopted.get(sup.name)) for sup in self.supervisors if sup.state.phase is not Phase.EXITED]
         self._changed.set()
         if tasks:
             await asyncio.wait(tasks)
         states = [sup.state for sup in self.supervisors]
-        if pod_phase(str((self.pod.get("spec") or {}).get("restartPolicy") or "Always"), states) in (
-            "Succeeded",
-            "Failed",
-        ):
+        if pod_phase(self._policy, states) in ("Succeeded", "Failed"):
+            await self._stop_sidecars(self._grace())
             await self._cancel_token_refresh()
             await self._destroy_sandbox()
+
+    @property
+    def _policy(self) -> str:
+        return str((self.pod.get("spec") or {}).get("restartPolicy") or "Always")
+
+    async def _initialize(self, adopted: Mapping[str, ProcessHandle]) -> bool:
+        """Rule 2d: run the init containers in order, each to completion; False when one will not complete (the
+        pod failed, or it cannot be started as specified)."""
+        for sup in self.init_supervisors:
+            if is_sidecar(sup.state):
+                if not await self._sidecar_started(sup, adopted.get(sup.name)):
+                    return False
+                continue
+            if sup.state.phase is not Phase.EXITED:
+                # Not awaited directly: cancelling this stage (rule 4) must leave the container to sup.stop().
+                await asyncio.wait([sup.start(adopted.get(sup.name))])
+            if not sup.state.completed:
+                return False
+        self.record.initialized = True
+        self._save()
+        self._changed.set()
+        return True
+
+    async def _sidecar_started(self, sup: ContainerSupervisor, adopt: ProcessHandle | None) -> bool:
+        """Start a sidecar and wait until it is started (rule 9); False when its supervisor gave up first."""
+        task = sup.start(adopt)
+        while not sup.state.started:
+            if task.done():
+                return False
+            self._progress.clear()
+            progress = asyncio.ensure_future(self._progress.wait())
+            try:
+                await asyncio.wait([task, progress], return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                progress.cancel()
+        return True
+
+    async def _stop_sidecars(self, grace: float) -> None:
+        """Sidecars stop after the app containers, the last started first (rule 2d)."""
+        for sup in reversed(self.sidecars):
+            if sup.state.phase is Phase.RUNNING:
+                self.event("Normal", "Killing", f"Stopping container {sup.name}")
+            await sup.stop(grace)
 
     def _adopt(self) -> dict[str, ProcessHandle]:
         """Rule 6: the processes of a previous runtime that still run, by container name; containers that
         exited for good before it went away stay exited."""
         saved = self._saved
         adopted: dict[str, ProcessHandle] = {}
-        for sup in self.supervisors if saved is not None else ():
+        for sup in self.all_supervisors if saved is not None else ():
             reported = self._reported.get(sup.name) or {}
             state = reported.get("state") or {}
             entry = saved.processes.get(sup.name) if saved is not None else None
@@ -380,9 +470,12 @@ class PodWorker:
                 sup.state.resume_exited(reported)
             if sup.name not in adopted:
                 self.record.processes.pop(sup.name, None)
+        for sup in self.init_supervisors if self.record.initialized else ():
+            if sup.state.phase is not Phase.EXITED and not is_sidecar(sup.state):
+                sup.state.assume_completed()
         if self.sandbox is not None and self.sandbox.netns_path:
             known: set[int] = set()
-            for sup in self.supervisors:
+            for sup in self.all_supervisors:
                 if sup.name in adopted:
                     known |= self.runtime.containers.members(sup.container_id, adopted[sup.name])
             for pid in pids_in_netns(self.sandbox.netns_path):
@@ -398,10 +491,13 @@ class PodWorker:
         grace = self._grace()
         began = time.monotonic()
         log.info("pod %s/%s: terminating (grace %.0fs)", self.namespace, self.name, grace)
-        for sup in self.supervisors:
+        first = [*(sup for sup in self.init_supervisors if not is_sidecar(sup.state)), *self.supervisors]
+        for sup in first:
             if sup.state.phase is Phase.RUNNING:
                 self.event("Normal", "Killing", f"Stopping container {sup.name}")
-        await asyncio.gather(*(sup.stop(grace) for sup in self.supervisors))
+        await asyncio.gather(*(sup.stop(grace) for sup in first))
+        minimum = self.runtime.settings.minimum_grace_seconds
+        await self._stop_sidecars(max(grace - (time.monotonic() - began), minimum))
         await self._stop_unsupervised(grace)
         log.info("pod %s/%s: containers stopped in %.1fs", self.namespace, self.name, time.monotonic() - began)
         self._stopped = True
@@ -636,6 +732,8 @@ class PodWorker:
             view = PodView(
                 restart_policy=str(spec.get("restartPolicy") or "Always"),
                 containers=[(sup.state, str(sup.spec.get("image") or "")) for sup in self.supervisors],
+                init_containers=[(sup.state, str(sup.spec.get("image") or "")) for sup in self.init_supervisors],
+                initialized=self.record.initialized,
                 pod_ref=f"{self.name}_{self.namespace}({self.uid})",
                 host_ip=self.runtime.settings.node_ip,
                 host_ip6=self.runtime.settings.node_ip6,
@@ -666,6 +764,7 @@ class PodWorker:
 
     def changed(self) -> None:
         self._changed.set()
+        self._progress.set()
 
     async def spawned(self, name: str, handle: ProcessHandle) -> None:
         await self.runtime.note_process(handle, f"container {self.namespace}/{self.name}/{name}")
