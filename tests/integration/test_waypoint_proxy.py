@@ -411,6 +411,29 @@ async def test_a_backend_request_timeout_answers_504_too(rig: Rig) -> None:
     await client.aclose()
 
 
+async def test_the_endpoint_sees_the_router_s_timeout_and_none_of_the_client_s_envoy_controls(rig: Rig) -> None:
+    """A route timeout of 5 s with 2 s per try: the endpoint is told 2000 ms (x-envoy-expected-rq-timeout-ms); the
+    client's own retry, timeout and internal claims never pass the waypoint's connection manager."""
+
+    def router(table: RouteTable | None, destination: BackendService, request: RequestHead, r: float) -> Decision:
+        return Forward(destination, request, timeouts=Timeouts(request=5.0, backend_request=2.0))
+
+    rig.waypoint.context.router = router
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    controls = [
+        ("x-envoy-retry-on", "5xx"),
+        ("x-envoy-max-retries", "9"),
+        ("x-envoy-upstream-rq-timeout-ms", "1"),
+        ("x-envoy-expected-rq-timeout-ms", "7"),
+        ("x-envoy-internal", "true"),
+    ]
+    status, _, body = await HttpOverTunnel(stream).request("GET", "/echo", headers=[*controls, ("x-request-id", "r")])
+    seen = echo_of(body)["headers"]
+    assert status == 200 and seen["x-envoy-expected-rq-timeout-ms"] == "2000" and seen["x-request-id"] == "r"
+    assert not {name for name, _ in controls[:3]} & set(seen) and "x-envoy-internal" not in seen
+    await client.aclose()
+
+
 async def test_a_tcp_route_sends_connections_to_its_weighted_backends(rig: Rig) -> None:
     echo = BackendService("app", "echo.app.svc.cluster.local", 80)
     dead = BackendService("app", "rawdead.app.svc.cluster.local", 80)

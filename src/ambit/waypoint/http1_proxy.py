@@ -5,7 +5,8 @@ when the h11 server side needs them (:class:`~ambit.waypoint.downstream.Downstre
 one request head (bounded by ``max_head_bytes``) plus one read, never a queue of pipelined requests. For each
 request:
 
-1. ``x-request-id`` is added when missing.
+1. The ``x-envoy-*`` headers a client may not send are removed, and at a gateway its ``x-request-id``
+   (:mod:`ambit.waypoint.envoy_request_headers`); ``x-request-id`` is added when missing.
 2. (In :func:`ambit.waypoint.exchange.serve_request`, shared with HTTP/2.) The
    :data:`~ambit.waypoint.decisions.Router` decides, with the destination's route table (a Service target;
    a workload target is forwarded to that workload as addressed): :class:`~ambit.waypoint.decisions.Respond`
@@ -37,6 +38,7 @@ from ambit.proxy.streams import ByteStream
 from ambit.waypoint.context import Tunnel, WaypointContext
 from ambit.waypoint.decisions import RequestHead
 from ambit.waypoint.downstream import Downstream, DownstreamGoneError, HeadTimeoutError, Outcome
+from ambit.waypoint.envoy_request_headers import REQUEST_ID, without_internal_headers
 from ambit.waypoint.errors import HttpProtocolError
 from ambit.waypoint.exchange import account, serve_request
 from ambit.waypoint.http1 import RequestStarted, ServerSide, simple_response
@@ -133,12 +135,13 @@ async def _exchange(ctx: WaypointContext, tunnel: Tunnel, down: Downstream, star
     """One request (rules 1-6); True when the tunnel may carry another."""
     began = ctx.clock()
     head = started.head
-    request_id = head.header("x-request-id")
+    headers = without_internal_headers(head.headers, edge=ctx.edge)
+    request_id = next((v for n, v in headers if n == REQUEST_ID), "")
     if not request_id:
         request_id = ctx.request_id()
-        head = RequestHead(  # not dataclasses.replace: this runs for every request
-            head.method, head.path, head.authority, (*head.headers, ("x-request-id", request_id)), head.scheme
-        )
+        headers = (*headers, (REQUEST_ID, request_id))
+    if headers is not head.headers:  # not dataclasses.replace: this runs for every request
+        head = RequestHead(head.method, head.path, head.authority, headers, head.scheme)
         started = RequestStarted(head, started.version, started.upgrade, started.has_body)
     outcome = Outcome(request_id)
     grpc = (head.header("content-type") or "").startswith("application/grpc")
