@@ -345,6 +345,8 @@ async def test_a_request_timeout_answers_504_and_a_local_answer_is_written(rig: 
             return Respond(418, (("x-why", "local"),), b"short and stout", route="HTTPRoute/app/teapot")
         if request.path == "/gone":
             return Forward(BackendService("app", "gone.app.svc.cluster.local", 80), request)
+        if request.path == "/gone-vs":  # a VirtualService's route: istiod leaves the cluster-not-found code at 503
+            return Forward(BackendService("app", "gone.app.svc.cluster.local", 80), request, missing_backend_status=503)
         return Forward(destination, request, timeouts=Timeouts(request=0.3))
 
     rig.waypoint.context.router = router
@@ -352,7 +354,8 @@ async def test_a_request_timeout_answers_504_and_a_local_answer_is_written(rig: 
     http = HttpOverTunnel(stream)
     status, headers, body = await http.request("GET", "/teapot")
     assert (status, headers["x-why"], body) == (418, "local", b"short and stout")
-    assert (await http.request("GET", "/gone"))[0] == 500  # a route to a missing backend
+    assert (await http.request("GET", "/gone"))[:3:2] == (500, b"")  # Envoy's cluster not found: no body
+    assert (await http.request("GET", "/gone-vs"))[:3:2] == (503, b"")
     status, _, body = await http.request("GET", "/slow")
     assert status == 504 and body == b"upstream request timeout"
     await client.aclose()

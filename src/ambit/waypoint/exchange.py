@@ -22,8 +22,9 @@ answer goes) and its version (``RequestStarted.version``). :func:`serve_request`
    to one endpoint of the backend Service, chosen for this request (so one connection spreads over all
    endpoints);
 2. forwards with :func:`ambit.waypoint.forwarding.forward` (the route's retries and timeouts);
-3. answers 500 (flag NC) for a backend Service the state does not know ("a route to a missing backend answers
-   500") and 503 ``no healthy upstream`` (flag UH) when the backend has no endpoint; a backend naming a
+3. answers the route's cluster-not-found code (empty, flag NC: 500 for Gateway API routes, "a route to a missing
+   backend answers 500"; 503 for a VirtualService) for a backend Service the state does not know, and 503 ``no
+   healthy upstream`` (flag UH) when the backend has no endpoint; a backend naming a
    DestinationRule subset that no rule defines (or a TLS mode the waypoint cannot honour) answers 503 flag NC
    (:func:`ambit.waypoint.traffic_policy.plan_backend`), and the rule's subset, load balancer and transport
    (originated TLS, PROXY header) shape the endpoint choice and the connection;
@@ -182,6 +183,7 @@ async def serve_request(
     if patches.filters:  # rule 6: the EnvoyFilters' HTTP filters, after authorization, before routing
         head = edit_request(head, patches.filter_request_ops())
     plan = Plan(head, response_ops=filter_ops)
+    cluster_not_found = 500
     if isinstance(target, ServiceTarget) and ctx.routes.is_dynamic(key):
         named = _judge_host(head.authority, target.service)
         if isinstance(named, Refusal):  # rule 5: a name the entry's host does not cover matches no route
@@ -212,6 +214,7 @@ async def serve_request(
                 route=decision.response_headers,
             )
             return keep
+        cluster_not_found = decision.missing_backend_status
         down = start_mirrors(ctx, tunnel, decision.mirrors, down, started.has_body)
         service = find_backend_service(ctx.state, decision.backend)
         outcome.service = service
@@ -313,9 +316,9 @@ async def serve_request(
         if isinstance(target, ServiceTarget) and outcome.service is None:  # the route names an unknown Service
             await respond(
                 down,
-                500,
+                cluster_not_found,
                 (),
-                b"no such backend",
+                b"",
                 outcome,
                 flags="NC",
                 edits=plan.response_ops,

@@ -15,8 +15,8 @@ request:
 3. :func:`ambit.waypoint.forwarding.forward` carries the request upstream, with the route's retry policy and
    timeouts: tries, retries on other endpoints, the request body replayed, the response streamed back with the
    route's response header changes, Envoy's local answers (503 UF/UC/UR, 504 UT) and aborts.
-4. A backend Service the state does not know → 500 (flag NC: "a route to a missing backend answers 500"); no
-   endpoint → 503 ``no healthy upstream`` (flag UH).
+4. A backend Service the state does not know → 500, empty (flag NC: "a route to a missing backend answers
+   500"; 503 for a VirtualService's); no endpoint → 503 ``no healthy upstream`` (flag UH).
 5. A malformed request gets a 400 (an oversized head 431, a head not finished within ``head_timeout`` 408) and the
    tunnel is closed; never a traceback. Any bug here or in the forwarding ends the tunnel with a 500 and a log
    line.
