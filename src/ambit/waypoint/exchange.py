@@ -10,12 +10,13 @@ answer goes) and its version (``RequestStarted.version``). :func:`serve_request`
    Gateway asks for it; an ingress gateway's connection by its mode,
    :func:`~ambit.waypoint.client_cert.plan_forwarded_client_cert`), so authentication, policies, routes and the
    backend see only that; then authenticates the request (RequestAuthentication,
-   :func:`ambit.waypoint.authn.plan_authentication`): a token that no rule accepts is answered 401 with Envoy's
-   reason, before anything else; then authorizes it
+   :func:`ambit.waypoint.authn.plan_authentication`): a token that no rule accepts is answered 401 (403 for its
+   audience) with Envoy's reason, before anything else; then authorizes it
    (:func:`ambit.waypoint.authorization.check_request`, with the token's identity): a denied request is answered
-   403 ``RBAC: access denied`` with flag ``RBAC`` and the matched policy in the log line's error. The rest sees
-   the request as authentication left it (the token removed unless ``forwardOriginalToken``, output headers set,
-   the verified token's claims attached for the routes' claim matches);
+   403 ``RBAC: access denied`` with no response flag (Envoy's HTTP RBAC filter sets none) and the matched policy
+   in the log line's error. The rest sees the request as authentication left it (the token removed unless
+   ``forwardOriginalToken``, output headers set, the verified token's claims attached for the routes' claim
+   matches);
 1. asks the :data:`~ambit.waypoint.decisions.Router`, with the destination's route table (a Service target; a
    workload target is forwarded to that workload as addressed): :class:`~ambit.waypoint.decisions.Respond` is
    answered locally (the request body read and dropped first); :class:`~ambit.waypoint.decisions.Forward` goes
@@ -77,7 +78,6 @@ from ambit.proxy.accounting import principal
 from ambit.waypoint.authn import Unauthenticated, plan_authentication
 from ambit.waypoint.authorization import (
     DENIED_BODY,
-    RBAC_FLAG,
     check_request,
     denial_detail,
     edge_client,
@@ -172,7 +172,7 @@ async def serve_request(
     if not authz.allowed:
         keep = await _drain(down, started)
         ops, modifier = _finalized_by(ctx, tunnel, arrived, filter_ops)
-        await respond(down, 403, (), DENIED_BODY, outcome, flags=RBAC_FLAG, edits=ops, route=modifier)
+        await respond(down, 403, (), DENIED_BODY, outcome, edits=ops, route=modifier)  # no flag: Envoy sets none
         outcome.error = denial_detail(authz)
         return keep
     if authz.audited:

@@ -21,7 +21,7 @@ request:
    tunnel is closed; never a traceback. Any bug here or in the forwarding ends the tunnel with a 500 and a log
    line.
 6. Authentication and authorization come first (:func:`ambit.waypoint.exchange.serve_request` rule 0): 401 for
-   a rejected token, 403 ``RBAC: access denied`` with flag ``RBAC`` for a denied request.
+   a rejected token, 403 ``RBAC: access denied`` (no response flag, as Envoy's) for a denied request.
 7. Each client request is counted once (``istio_requests_total`` and the histograms, reporter="waypoint"), however
    many tries it took, with its final response code and flags, and logged once with its number of tries.
 """
