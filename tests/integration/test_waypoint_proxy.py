@@ -241,7 +241,7 @@ async def test_malformed_http_gets_400_and_the_tunnel_closes(rig: Rig) -> None:
     await stream.write(b"GET / HTTP/1.1\r\nbad header line\r\n\r\n")
     answer = await read_until_eof(stream)
     assert answer.startswith(b"HTTP/1.1 400 ")
-    assert b"connection: close" in answer
+    assert b"connection: close" in answer and answer.endswith(b"\r\n\r\nBad Request")  # Envoy's: the phrase
     await client.aclose()
     _, text = await get(f"http://127.0.0.1:{rig.settings.stats_port}/metrics")
     counted = [line for line in text.splitlines() if line.startswith("istio_requests_total{")]
@@ -257,7 +257,7 @@ async def test_a_huge_head_gets_431_and_close_without_reaching_an_endpoint(rig: 
         except Exception:
             break
     answer = await read_until_eof(stream)
-    assert answer.startswith(b"HTTP/1.1 431 ")
+    assert answer.startswith(b"HTTP/1.1 431 ") and answer.endswith(b"\r\n\r\nRequest Header Fields Too Large")
     assert sum(e.tunnels for e in rig.endpoints) == 0
     await client.aclose()
 
@@ -277,9 +277,12 @@ async def test_a_slowloris_head_gets_408_after_the_head_timeout(rig: Rig) -> Non
     answer = await read_until_eof(stream)
     trickling.cancel()
     await asyncio.gather(trickling, return_exceptions=True)
-    assert answer.startswith(b"HTTP/1.1 408 ")
+    assert answer.startswith(b"HTTP/1.1 408 ") and answer.endswith(b"\r\n\r\nstream timeout")
     assert loop.time() - began < 3.0
     await client.aclose()
+    _, text = await get(f"http://127.0.0.1:{rig.settings.stats_port}/metrics")
+    counted = [line for line in text.splitlines() if line.startswith("istio_requests_total{")]
+    assert any('response_code="408"' in line and 'response_flags="SI"' in line for line in counted)
 
 
 async def test_junk_on_a_port_of_unknown_protocol_is_relayed_as_tcp(rig: Rig) -> None:
