@@ -207,6 +207,8 @@ class EchoEndpoint:
                 "xfcc": request.headers.getall("x-forwarded-client-cert", []),
                 "xfp": request.headers.getall("x-forwarded-proto", []),
                 "attempts": request.headers.getall("x-envoy-attempt-count", []),
+                "request_ids": request.headers.getall("x-request-id", []),
+                "envoy": sorted(n.lower() for n in request.headers if n.lower().startswith("x-envoy-")),
             }
         )
 
@@ -622,6 +624,26 @@ async def test_at_the_gateway_each_try_says_which_it_is_in_x_envoy_attempt_count
     await ready(proc)
     status, body = await send(port_of(proc, "http"), "/x", [("x-envoy-attempt-count", "7")])
     assert status == 200 and json.loads(body)["attempts"] == ["1"]
+
+
+async def test_at_the_gateway_a_client_s_request_id_and_envoy_controls_are_replaced_or_dropped(
+    gateway: tuple[IngressGateway, EchoEndpoint, dict[str, KeyPair]],
+) -> None:
+    """The edge (use_remote_address, no internal addresses) gives each request a new x-request-id and removes the
+    x-envoy-* headers a client may not set: the backend sees only what the gateway itself added."""
+    proc, _, _ = gateway
+    await ready(proc)
+    forged = [
+        ("x-request-id", "chosen-by-client"),
+        ("x-envoy-retry-on", "5xx"),
+        ("x-envoy-upstream-rq-timeout-ms", "1"),
+        ("x-envoy-internal", "true"),
+        ("x-envoy-downstream-service-cluster", "admin"),
+    ]
+    status, body = await send(port_of(proc, "http"), "/x", forged)
+    echoed = json.loads(body)
+    assert status == 200 and len(echoed["request_ids"]) == 1 and echoed["request_ids"] != ["chosen-by-client"]
+    assert echoed["envoy"] == ["x-envoy-attempt-count", "x-envoy-external-address"]
 
 
 async def test_at_the_gateway_the_backend_sees_the_connection_s_scheme_as_x_forwarded_proto_not_the_client_s(

@@ -241,7 +241,7 @@ async def test_malformed_http_gets_400_and_the_tunnel_closes(rig: Rig) -> None:
     await stream.write(b"GET / HTTP/1.1\r\nbad header line\r\n\r\n")
     answer = await read_until_eof(stream)
     assert answer.startswith(b"HTTP/1.1 400 ")
-    assert b"connection: close" in answer
+    assert b"connection: close" in answer and answer.endswith(b"\r\n\r\nBad Request")  # Envoy's: the phrase
     await client.aclose()
     _, text = await get(f"http://127.0.0.1:{rig.settings.stats_port}/metrics")
     counted = [line for line in text.splitlines() if line.startswith("istio_requests_total{")]
@@ -257,7 +257,7 @@ async def test_a_huge_head_gets_431_and_close_without_reaching_an_endpoint(rig: 
         except Exception:
             break
     answer = await read_until_eof(stream)
-    assert answer.startswith(b"HTTP/1.1 431 ")
+    assert answer.startswith(b"HTTP/1.1 431 ") and answer.endswith(b"\r\n\r\nRequest Header Fields Too Large")
     assert sum(e.tunnels for e in rig.endpoints) == 0
     await client.aclose()
 
@@ -277,9 +277,12 @@ async def test_a_slowloris_head_gets_408_after_the_head_timeout(rig: Rig) -> Non
     answer = await read_until_eof(stream)
     trickling.cancel()
     await asyncio.gather(trickling, return_exceptions=True)
-    assert answer.startswith(b"HTTP/1.1 408 ")
+    assert answer.startswith(b"HTTP/1.1 408 ") and answer.endswith(b"\r\n\r\nstream timeout")
     assert loop.time() - began < 3.0
     await client.aclose()
+    _, text = await get(f"http://127.0.0.1:{rig.settings.stats_port}/metrics")
+    counted = [line for line in text.splitlines() if line.startswith("istio_requests_total{")]
+    assert any('response_code="408"' in line and 'response_flags="SI"' in line for line in counted)
 
 
 async def test_junk_on_a_port_of_unknown_protocol_is_relayed_as_tcp(rig: Rig) -> None:
@@ -345,6 +348,8 @@ async def test_a_request_timeout_answers_504_and_a_local_answer_is_written(rig: 
             return Respond(418, (("x-why", "local"),), b"short and stout", route="HTTPRoute/app/teapot")
         if request.path == "/gone":
             return Forward(BackendService("app", "gone.app.svc.cluster.local", 80), request)
+        if request.path == "/gone-vs":  # a VirtualService's route: istiod leaves the cluster-not-found code at 503
+            return Forward(BackendService("app", "gone.app.svc.cluster.local", 80), request, missing_backend_status=503)
         return Forward(destination, request, timeouts=Timeouts(request=0.3))
 
     rig.waypoint.context.router = router
@@ -352,7 +357,8 @@ async def test_a_request_timeout_answers_504_and_a_local_answer_is_written(rig: 
     http = HttpOverTunnel(stream)
     status, headers, body = await http.request("GET", "/teapot")
     assert (status, headers["x-why"], body) == (418, "local", b"short and stout")
-    assert (await http.request("GET", "/gone"))[0] == 500  # a route to a missing backend
+    assert (await http.request("GET", "/gone"))[:3:2] == (500, b"")  # Envoy's cluster not found: no body
+    assert (await http.request("GET", "/gone-vs"))[:3:2] == (503, b"")
     status, _, body = await http.request("GET", "/slow")
     assert status == 504 and body == b"upstream request timeout"
     await client.aclose()
@@ -408,6 +414,29 @@ async def test_a_backend_request_timeout_answers_504_too(rig: Rig) -> None:
     assert (await http.request("GET", "/echo"))[0] == 200
     status, _, body = await http.request("GET", "/slow")
     assert status == 504 and body == b"upstream request timeout"
+    await client.aclose()
+
+
+async def test_the_endpoint_sees_the_router_s_timeout_and_none_of_the_client_s_envoy_controls(rig: Rig) -> None:
+    """A route timeout of 5 s with 2 s per try: the endpoint is told 2000 ms (x-envoy-expected-rq-timeout-ms); the
+    client's own retry, timeout and internal claims never pass the waypoint's connection manager."""
+
+    def router(table: RouteTable | None, destination: BackendService, request: RequestHead, r: float) -> Decision:
+        return Forward(destination, request, timeouts=Timeouts(request=5.0, backend_request=2.0))
+
+    rig.waypoint.context.router = router
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    controls = [
+        ("x-envoy-retry-on", "5xx"),
+        ("x-envoy-max-retries", "9"),
+        ("x-envoy-upstream-rq-timeout-ms", "1"),
+        ("x-envoy-expected-rq-timeout-ms", "7"),
+        ("x-envoy-internal", "true"),
+    ]
+    status, _, body = await HttpOverTunnel(stream).request("GET", "/echo", headers=[*controls, ("x-request-id", "r")])
+    seen = echo_of(body)["headers"]
+    assert status == 200 and seen["x-envoy-expected-rq-timeout-ms"] == "2000" and seen["x-request-id"] == "r"
+    assert not {name for name, _ in controls[:3]} & set(seen) and "x-envoy-internal" not in seen
     await client.aclose()
 
 

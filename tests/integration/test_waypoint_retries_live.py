@@ -232,7 +232,7 @@ async def test_connect_failures_on_every_try_answer_503_with_flags_uf_urx(
     rig.waypoint.context.router = routing(RetryPolicy(attempts=2, codes=(503,), backoff=0.01))
     client, stream = await rig.tunnel(f"{DEAD_VIP}:80")  # its one endpoint listens nowhere
     status, _, body = await HttpOverTunnel(stream).request("GET", "/echo")
-    assert status == 503 and body.endswith(b"reset reason: connection failure")
+    assert status == 503 and body.endswith(b"retried and the latest reset reason: remote connection failure")
     await client.aclose()
     [sample] = await request_samples(rig)
     assert 'response_code="503"' in sample and 'response_flags="UF,URX"' in sample
@@ -246,7 +246,7 @@ async def test_without_retry_on_connect_failure_an_unreachable_endpoint_answers_
     client, stream = await rig.tunnel(f"{MIXED_VIP}:80")
     status, _, body = await HttpOverTunnel(stream).request("GET", "/echo")
     assert status == 503
-    assert body == b"upstream connect error or disconnect/reset before headers. reset reason: connection failure"
+    assert body == b"upstream connect error or disconnect/reset before headers. reset reason: remote connection failure"
     await client.aclose()
     [sample] = await request_samples(rig)
     assert 'response_flags="UF"' in sample and 'destination_workload="dead-1"' in sample

@@ -40,7 +40,8 @@ def test_an_expired_token_is_answered_401_with_envoys_reason() -> None:
     step = plan_authentication(head(("authorization", f"Bearer {token}")), CONFIG, REVIEWS, KEYS, NOW)
     assert isinstance(step, Unauthenticated)
     assert step.response.status == 401 and step.response.body == b"Jwt is expired"
-    assert ("www-authenticate", 'Bearer error="invalid_token"') in step.response.headers
+    challenge = 'Bearer realm="http://reviews:9080/ratings/1?x=y", error="invalid_token"'
+    assert ("www-authenticate", challenge) in step.response.headers  # Envoy's jwt_authn: the request's URI
     assert step.details == "jwt_authn_access_denied{Jwt_is_expired}"
 
 
@@ -60,3 +61,30 @@ def test_without_policies_the_head_passes_unchanged() -> None:
 def test_a_forged_output_header_is_removed_from_a_tokenless_request() -> None:
     step = plan_authentication(head(("x-jwt-payload", "forged")), CONFIG, REVIEWS, KEYS, NOW)
     assert step == Authenticated(head(), None)
+
+
+def test_a_token_for_another_audience_is_answered_403_as_envoy_does() -> None:
+    policy = RequestAuthentication(
+        "jwt", "app", (JwtRule(ISS, jwks=SIGNER.jwks(), audiences=("ratings",)),), (REVIEWS,)
+    )
+    config = WaypointConfig("app/waypoint", request_authentications=(policy,))
+    token = SIGNER.sign({**claims(ISS, now=NOW), "aud": "elsewhere"})
+    step = plan_authentication(
+        head(("authorization", f"Bearer {token}")), config, REVIEWS, KeySets.build((policy,)), NOW
+    )
+    assert isinstance(step, Unauthenticated)
+    assert (step.response.status, step.response.body) == (403, b"Audiences in Jwt are not allowed")
+
+
+def test_the_realm_keeps_256_characters_of_the_path_and_leaves_out_what_is_not_visible_ascii() -> None:
+    token = SIGNER.sign({**claims(ISS, now=NOW), "exp": int(NOW) - 3600})
+    bearer = ("authorization", f"Bearer {token}")
+    long = RequestHead("GET", "/" + "a" * 400, "reviews", (bearer,), "https")
+    step = plan_authentication(long, CONFIG, REVIEWS, KEYS, NOW)
+    assert isinstance(step, Unauthenticated)
+    challenge = dict(step.response.headers)["www-authenticate"]
+    assert challenge == f'Bearer realm="https://reviews/{"a" * 255}", error="invalid_token"'
+    odd = RequestHead("GET", "/caf\u00e9", "reviews", (bearer,))
+    step = plan_authentication(odd, CONFIG, REVIEWS, KEYS, NOW)
+    assert isinstance(step, Unauthenticated)
+    assert dict(step.response.headers)["www-authenticate"] == 'Bearer error="invalid_token"'

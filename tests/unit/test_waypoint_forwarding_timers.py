@@ -235,3 +235,69 @@ async def test_each_try_says_which_it_is_when_the_plan_asks(attempt_count: bool)
     assert down.status == 200
     counts = [[v for n, v in up.sent[0].headers if n == "x-envoy-attempt-count"] for up in ups]
     assert counts == ([["1"], ["2"]] if attempt_count else [[], []])
+
+
+@dataclass
+class SteppedClock:
+    """A monotonic clock that moves only when a test says so."""
+
+    now: float = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class SlowUp(Up):
+    """An upstream whose answer takes ``took`` seconds of ``clock``."""
+
+    clock: SteppedClock = field(default_factory=SteppedClock)
+    took: float = 0.0
+
+    async def next_event(self) -> Event:
+        if self.events[0] == "head":
+            self.clock.now += self.took
+        return await super().next_event()
+
+
+def _expected(up: Up) -> list[str]:
+    return [v for n, v in up.sent[0].headers if n == "x-envoy-expected-rq-timeout-ms"]
+
+
+@pytest.mark.parametrize(
+    ("timeouts", "expected"),
+    [
+        (Timeouts(request=5.0), ["5000"]),
+        (Timeouts(request=5.0, backend_request=0.25), ["250"]),
+        (Timeouts(backend_request=0.25), ["250"]),
+        (Timeouts(request=1.0, backend_request=2.0), ["1000"]),
+        (NO_TIMEOUTS, []),
+    ],
+)
+async def test_a_try_says_how_long_the_endpoint_has_when_the_route_has_a_timeout(
+    timeouts: Timeouts, expected: list[str]
+) -> None:
+    """The router's x-envoy-expected-rq-timeout-ms (its debug headers are on with istiod's defaults): the per-try
+    timeout when it is shorter than the route's, else the route's; none without a timeout."""
+    up = Up()
+    down, _ = await asyncio.wait_for(_forward([up], timeouts=timeouts), 3.0)
+    assert down.status == 200 and _expected(up) == expected
+
+
+async def test_a_retry_is_told_what_is_left_of_the_route_timeout() -> None:
+    """The first try took 700 ms of a 1 s route timeout: the retry's endpoint is told 300, not 1000."""
+    clock = SteppedClock()
+    ups = [SlowUp(status=503, clock=clock, took=0.7), SlowUp(clock=clock)]
+    retry = RetryPolicy(attempts=1, codes=(503,), backoff=0.0)
+    down, outcome = Down(), Outcome(request_id="r-1")
+    script = iter(ups)
+
+    async def connector(endpoint: Endpoint, fresh: bool) -> UpstreamExchange:
+        return next(script)
+
+    plan = Plan(HEAD, timeouts=Timeouts(request=1.0), retry=retry)
+    started = RequestStarted(HEAD, "1.1", upgrade=False, has_body=False)
+    context = Context(clock=clock)
+    await asyncio.wait_for(forward(context, None, down, started, plan, ENDPOINT, outcome, connector), 3.0)  # type: ignore[arg-type]
+    assert down.status == 200
+    assert [_expected(up) for up in ups] == [["1000"], ["300"]]

@@ -38,6 +38,7 @@ from ambit.waypoint.retries import (
     StreamRefused,
     UpstreamReset,
     _Input,
+    after_retries,
     backoff_delay,
 )
 
@@ -140,9 +141,14 @@ def test_connect_failures_retry_then_answer_503() -> None:
     machine, _ = started(RetryPolicy(attempts=1))
     assert machine.handle(ConnectFailed(1, 100.0)) == [StartAttempt(2, 0.025)]
     machine.handle(AttemptStarted(2, 100.1))
-    assert machine.handle(ConnectFailed(2, 100.1)) == [RespondLocally(503, CONNECT_FAILURE_BODY, "UF")]
+    retried = b"upstream connect error or disconnect/reset before headers. retried and the latest reset reason: "
+    assert machine.handle(ConnectFailed(2, 100.1)) == [
+        RespondLocally(503, retried + b"remote connection failure", "UF")
+    ]
     assert machine.done
-    assert CONNECT_FAILURE_BODY.startswith(b"upstream connect error or disconnect/reset before headers")
+    assert CONNECT_FAILURE_BODY == (
+        b"upstream connect error or disconnect/reset before headers. reset reason: remote connection failure"
+    )
 
 
 def test_connect_failures_are_not_retried_when_the_policy_says_so() -> None:
@@ -172,7 +178,10 @@ def test_a_refused_stream_retries_like_a_connect_failure_then_answers_503() -> N
     machine, _ = started(RetryPolicy(attempts=1))
     assert machine.handle(StreamRefused(1, 100.0)) == [StartAttempt(2, 0.025)]
     machine.handle(AttemptStarted(2, 100.1))
-    assert machine.handle(StreamRefused(2, 100.1)) == [RespondLocally(503, REFUSED_BODY, "UR")]
+    assert machine.handle(StreamRefused(2, 100.1)) == [RespondLocally(503, after_retries(REFUSED_BODY), "UR")]
+    assert after_retries(REFUSED_BODY).endswith(
+        b"headers. retried and the latest reset reason: remote refused stream reset"
+    )
     off, _ = started(RetryPolicy(on_connect_failure=False))
     assert off.handle(StreamRefused(1, 100.0)) == [RespondLocally(503, REFUSED_BODY, "UR")]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random as stdlib_random
 
 import pytest
@@ -419,18 +420,35 @@ def test_weight_zero_is_never_chosen() -> None:
 
 
 @pytest.mark.parametrize(
-    "backends",
-    [(), (WeightedBackend(V1, 0),), (WeightedBackend(None, 1),), (WeightedBackend(V1, -3),)],
+    ("backends", "flags"),
+    [
+        ((), "-"),  # istiod's direct response 500
+        ((WeightedBackend(V1, 0),), "-"),
+        ((WeightedBackend(None, 1),), "NC"),  # a backendRef that resolved to nothing: Envoy finds no cluster
+        ((WeightedBackend(V1, -3),), "-"),
+    ],
 )
-def test_no_usable_backend_answers_500(backends: tuple[WeightedBackend, ...]) -> None:
+def test_no_usable_backend_answers_500(backends: tuple[WeightedBackend, ...], flags: str) -> None:
     r = rule("none", backends=backends)
-    assert route(table(r), DEST, req(), 0.5) == Respond(500, route=r.route)
+    assert route(table(r), DEST, req(), 0.5) == Respond(500, route=r.route, flags=flags)
 
 
 def test_an_unresolved_backends_share_answers_500_and_the_rest_forwards() -> None:
     t = table(rule("half", backends=(WeightedBackend(V1, 1), WeightedBackend(None, 1))))
     assert forward(route(t, DEST, req(), 0.25)).backend == V1
     assert respond(route(t, DEST, req(), 0.75)).status == 500
+
+
+@pytest.mark.parametrize("status", [500, 503])
+def test_an_unresolved_backend_answers_the_rule_s_cluster_not_found_code_with_flag_nc(status: int) -> None:
+    """Envoy's router: no cluster found (NC), the route's cluster_not_found_response_code, no body; the code
+    travels with a Forward too, for a backend the waypoint's state turns out not to know."""
+    r = dataclasses.replace(
+        rule("half", backends=(WeightedBackend(V1, 1), WeightedBackend(None, 1))), missing_backend_status=status
+    )
+    answer = respond(route(table(r), DEST, req(), 0.75))
+    assert (answer.status, answer.flags, answer.body) == (status, "NC", b"")
+    assert forward(route(table(r), DEST, req(), 0.25)).missing_backend_status == status
 
 
 @pytest.mark.parametrize("random", [float("nan"), -0.1, 1.0, 7.0, float("inf")])

@@ -15,9 +15,13 @@ Rules:
 
 1. Only the policies that apply to the destination count (:func:`ambit.requestauth.applicable`); without any,
    the head passes unchanged with no identity.
-2. A refusal is 401 with ``www-authenticate: Bearer error="invalid_token"`` and Envoy's reason as the body
-   (``Jwt is expired``); for the access log, Envoy's response code details ``jwt_authn_access_denied{<reason>}``
-   (spaces as underscores) are :attr:`Unauthenticated.details`.
+2. A refusal is 401 (403 for ``Audiences in Jwt are not allowed``, as Envoy's ``jwt_authn`` filter answers it)
+   with Envoy's reason as the body (``Jwt is expired``) and no response flag, and the challenge
+   ``www-authenticate: Bearer realm="<scheme>://<host><path>", error="invalid_token"``: the filter's realm is the
+   request's URI as it arrived, its path (query included) cut at 256 characters; a URI that is not visible ASCII
+   is left out (``Bearer error="invalid_token"``) rather than written into a header. For the access log, Envoy's
+   response code details ``jwt_authn_access_denied{<reason>}`` (spaces as underscores) are
+   :attr:`Unauthenticated.details`.
 3. Header changes are applied as a request header modifier (:func:`ambit.waypoint.filters.apply_header_modifier`).
 """
 
@@ -28,9 +32,10 @@ from dataclasses import dataclass
 from ambit.model.requestauth import RequestIdentity
 from ambit.model.routes import WaypointConfig
 from ambit.requestauth import Authenticated as Verified
-from ambit.requestauth import KeySets, applicable, authenticate
+from ambit.requestauth import KeySets, Rejected, applicable, authenticate
+from ambit.requestauth.reasons import AUDIENCE_NOT_ALLOWED
 from ambit.waypoint.decisions import RequestHead, Respond
-from ambit.waypoint.filters import apply_header_modifier
+from ambit.waypoint.filters import apply_header_modifier, is_visible_ascii
 
 __all__ = ["Authenticated", "Unauthenticated", "plan_authentication"]
 
@@ -63,6 +68,20 @@ def plan_authentication(
         return Authenticated(head, None)
     outcome = authenticate(head.method, head.path, head.headers, policies, keys, now)
     if not isinstance(outcome, Verified):
-        return Unauthenticated(Respond(outcome.status, outcome.headers, outcome.body), outcome.reason)
+        return Unauthenticated(_refusal(head, outcome), outcome.reason)
     request = head if outcome.request_headers is None else apply_header_modifier(head, outcome.request_headers)
     return Authenticated(request, outcome.identity)
+
+
+REALM_PATH_LIMIT = 256
+"""How much of the path the challenge's realm keeps (Envoy's ``MaximumUriLength`` in its ``jwt_authn`` filter)."""
+CHALLENGE = "www-authenticate"
+
+
+def _refusal(head: RequestHead, rejected: Rejected) -> Respond:
+    """Rule 2: the answer to a request whose token was refused."""
+    status = 403 if rejected.reason == AUDIENCE_NOT_ALLOWED else rejected.status
+    uri = f"{head.scheme}://{head.authority}{head.path[:REALM_PATH_LIMIT]}"
+    realm = f'realm="{uri}", ' if is_visible_ascii(uri) else ""
+    headers = (*(f for f in rejected.headers if f[0] != CHALLENGE), (CHALLENGE, f'Bearer {realm}error="invalid_token"'))
+    return Respond(status, headers, rejected.body)

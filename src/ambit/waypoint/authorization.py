@@ -5,8 +5,9 @@ Theory of operation: the control plane sends the waypoint, in its WaypointConfig
 it (:mod:`ambit.controlplane.translate.waypoint_policies`). :class:`WaypointAuthorizer` splits them per destination
 (rule 1) into an :class:`~ambit.rbac.Applicable`, cached until the config changes. The HTTP shell calls
 :func:`check_request` with the tunnel and each request head before routing; the TCP shell calls
-:func:`check_connection` once per connection. The shell answers a denial (403 ``RBAC: access denied``, response
-flag ``RBAC``, or a refused/closed TCP tunnel with flag ``DENY``) and logs :func:`denial_detail`.
+:func:`check_connection` once per connection. The shell answers a denial (403 ``RBAC: access denied`` with no
+response flag, as Envoy's HTTP RBAC filter sets none, or a refused/closed TCP tunnel with flag ``DENY``) and logs
+:func:`denial_detail`.
 
 Rules:
 
@@ -54,7 +55,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DENIED_BODY",
-    "RBAC_FLAG",
     "WaypointAuthorizer",
     "check_connection",
     "check_request",
@@ -65,8 +65,6 @@ __all__ = [
 ]
 
 DENIED_BODY = b"RBAC: access denied"
-RBAC_FLAG = "RBAC"
-"""Envoy's response flag for a request its RBAC filter denied."""
 
 _UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 _ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")

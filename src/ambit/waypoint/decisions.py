@@ -56,6 +56,10 @@ class Forward:
     """``kind/namespace/name`` of the route that matched; empty for the default route (telemetry, logs)."""
     delay: float = 0.0
     """Seconds to wait before forwarding (a VirtualService fault delay)."""
+    missing_backend_status: int = 500
+    """The answer (empty, flag ``NC``) when ``backend`` names a Service the waypoint does not know: Envoy's
+    cluster-not-found code, which istiod sets to 500 for Gateway API routes and leaves at 503 for VirtualServices
+    (:attr:`ambit.model.routes.RouteRule.missing_backend_status`)."""
 
 
 @dataclass(frozen=True, slots=True)

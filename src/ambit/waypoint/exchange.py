@@ -10,20 +10,22 @@ answer goes) and its version (``RequestStarted.version``). :func:`serve_request`
    Gateway asks for it; an ingress gateway's connection by its mode,
    :func:`~ambit.waypoint.client_cert.plan_forwarded_client_cert`), so authentication, policies, routes and the
    backend see only that; then authenticates the request (RequestAuthentication,
-   :func:`ambit.waypoint.authn.plan_authentication`): a token that no rule accepts is answered 401 with Envoy's
-   reason, before anything else; then authorizes it
+   :func:`ambit.waypoint.authn.plan_authentication`): a token that no rule accepts is answered 401 (403 for its
+   audience) with Envoy's reason, before anything else; then authorizes it
    (:func:`ambit.waypoint.authorization.check_request`, with the token's identity): a denied request is answered
-   403 ``RBAC: access denied`` with flag ``RBAC`` and the matched policy in the log line's error. The rest sees
-   the request as authentication left it (the token removed unless ``forwardOriginalToken``, output headers set,
-   the verified token's claims attached for the routes' claim matches);
+   403 ``RBAC: access denied`` with no response flag (Envoy's HTTP RBAC filter sets none) and the matched policy
+   in the log line's error. The rest sees the request as authentication left it (the token removed unless
+   ``forwardOriginalToken``, output headers set, the verified token's claims attached for the routes' claim
+   matches);
 1. asks the :data:`~ambit.waypoint.decisions.Router`, with the destination's route table (a Service target; a
    workload target is forwarded to that workload as addressed): :class:`~ambit.waypoint.decisions.Respond` is
    answered locally (the request body read and dropped first); :class:`~ambit.waypoint.decisions.Forward` goes
    to one endpoint of the backend Service, chosen for this request (so one connection spreads over all
    endpoints);
 2. forwards with :func:`ambit.waypoint.forwarding.forward` (the route's retries and timeouts);
-3. answers 500 (flag NC) for a backend Service the state does not know ("a route to a missing backend answers
-   500") and 503 ``no healthy upstream`` (flag UH) when the backend has no endpoint; a backend naming a
+3. answers the route's cluster-not-found code (empty, flag NC: 500 for Gateway API routes, "a route to a missing
+   backend answers 500"; 503 for a VirtualService) for a backend Service the state does not know, and 503 ``no
+   healthy upstream`` (flag UH) when the backend has no endpoint; a backend naming a
    DestinationRule subset that no rule defines (or a TLS mode the waypoint cannot honour) answers 503 flag NC
    (:func:`ambit.waypoint.traffic_policy.plan_backend`), and the rule's subset, load balancer and transport
    (originated TLS, PROXY header) shape the endpoint choice and the connection;
@@ -76,7 +78,6 @@ from ambit.proxy.accounting import principal
 from ambit.waypoint.authn import Unauthenticated, plan_authentication
 from ambit.waypoint.authorization import (
     DENIED_BODY,
-    RBAC_FLAG,
     check_request,
     denial_detail,
     edge_client,
@@ -171,7 +172,7 @@ async def serve_request(
     if not authz.allowed:
         keep = await _drain(down, started)
         ops, modifier = _finalized_by(ctx, tunnel, arrived, filter_ops)
-        await respond(down, 403, (), DENIED_BODY, outcome, flags=RBAC_FLAG, edits=ops, route=modifier)
+        await respond(down, 403, (), DENIED_BODY, outcome, edits=ops, route=modifier)  # no flag: Envoy sets none
         outcome.error = denial_detail(authz)
         return keep
     if authz.audited:
@@ -182,6 +183,7 @@ async def serve_request(
     if patches.filters:  # rule 6: the EnvoyFilters' HTTP filters, after authorization, before routing
         head = edit_request(head, patches.filter_request_ops())
     plan = Plan(head, response_ops=filter_ops)
+    cluster_not_found = 500
     if isinstance(target, ServiceTarget) and ctx.routes.is_dynamic(key):
         named = _judge_host(head.authority, target.service)
         if isinstance(named, Refusal):  # rule 5: a name the entry's host does not cover matches no route
@@ -212,6 +214,7 @@ async def serve_request(
                 route=decision.response_headers,
             )
             return keep
+        cluster_not_found = decision.missing_backend_status
         down = start_mirrors(ctx, tunnel, decision.mirrors, down, started.has_body)
         service = find_backend_service(ctx.state, decision.backend)
         outcome.service = service
@@ -313,9 +316,9 @@ async def serve_request(
         if isinstance(target, ServiceTarget) and outcome.service is None:  # the route names an unknown Service
             await respond(
                 down,
-                500,
+                cluster_not_found,
                 (),
-                b"no such backend",
+                b"",
                 outcome,
                 flags="NC",
                 edits=plan.response_ops,

@@ -29,7 +29,9 @@ Rules:
    among all of them again once every one was tried. This is Envoy's ``previous_hosts`` retry predicate, which
    Istio turns on for every route by default: a retry hides a failing endpoint instead of hitting it again. A
    workload-addressed request has one endpoint and retries there. A hostname endpoint is resolved in the first
-   try's IP version on every try (:func:`~ambit.waypoint.destinations.in_dialled_family`).
+   try's IP version on every try (:func:`~ambit.waypoint.destinations.in_dialled_family`). Each try's head says
+   which try it is when the plan asks (``x-envoy-attempt-count``) and, for a route with a timeout, how long the
+   endpoint has (``x-envoy-expected-rq-timeout-ms``, :mod:`ambit.waypoint.envoy_request_headers` rule 4).
 4. A kept connection that turns out dead before any answer (the endpoint closed it while idle: the keep-alive
    race) is replaced once by a fresh one within the same try, when the body can still be replayed.
 5. The request body is buffered as it is read from the client, up to
@@ -77,6 +79,7 @@ from ambit.waypoint.decisions import RequestHead
 from ambit.waypoint.destinations import PLAIN, Endpoint, Transport
 from ambit.waypoint.downstream import Downstream, DownstreamGoneError, Outcome, RequestSide, respond
 from ambit.waypoint.envoy_patches import apply_header_ops
+from ambit.waypoint.envoy_request_headers import expected_timeout
 from ambit.waypoint.errors import HttpProtocolError
 from ambit.waypoint.http1 import (
     BodyData,
@@ -395,12 +398,7 @@ class _Exchange:
         fresh = False
         while True:
             up = await self.connector(endpoint, fresh)
-            request = self.plan.request
-            if self.plan.attempt_count:
-                count = (ATTEMPT_COUNT, str(self.outcome.attempts))
-                request = dataclasses.replace(
-                    request, headers=(*(f for f in request.headers if f[0] != ATTEMPT_COUNT), count)
-                )
+            request = self._try_request()
             try:
                 await up.send_request(request, upgrade=self.started.upgrade, body=self.started.has_body)
                 if not up.duplex:
@@ -421,6 +419,24 @@ class _Exchange:
             except BaseException:
                 up.abort()
                 raise
+
+    def _try_request(self) -> RequestHead:
+        """The request as this try sends it: with the router's ``x-envoy-attempt-count`` (when the plan asks) and
+        ``x-envoy-expected-rq-timeout-ms`` (when the route has a timeout), any earlier value replaced."""
+        request, timeouts = self.plan.request, self.plan.timeouts
+        added: list[tuple[str, str]] = []
+        if self.plan.attempt_count:
+            added.append((ATTEMPT_COUNT, str(self.outcome.attempts)))
+        if timeouts.request is not None or timeouts.backend_request is not None:
+            ended = self.request_ended_at
+            elapsed = 0.0 if ended is None else self.ctx.clock() - ended  # the router counts from the request's end
+            expected = expected_timeout(timeouts.request, timeouts.backend_request, elapsed)
+            if expected is not None:
+                added.append(expected)
+        if not added:
+            return request
+        names = {name for name, _ in added}
+        return dataclasses.replace(request, headers=(*(f for f in request.headers if f[0] not in names), *added))
 
     async def _duplex_head(self, up: UpstreamExchange) -> ResponseStarted | InterimResponse:
         """Rule 9: the body goes up in a task of its own while the response head is awaited."""

@@ -5,7 +5,8 @@ when the h11 server side needs them (:class:`~ambit.waypoint.downstream.Downstre
 one request head (bounded by ``max_head_bytes``) plus one read, never a queue of pipelined requests. For each
 request:
 
-1. ``x-request-id`` is added when missing.
+1. The ``x-envoy-*`` headers a client may not send are removed, and at a gateway its ``x-request-id``
+   (:mod:`ambit.waypoint.envoy_request_headers`); ``x-request-id`` is added when missing.
 2. (In :func:`ambit.waypoint.exchange.serve_request`, shared with HTTP/2.) The
    :data:`~ambit.waypoint.decisions.Router` decides, with the destination's route table (a Service target;
    a workload target is forwarded to that workload as addressed): :class:`~ambit.waypoint.decisions.Respond`
@@ -14,13 +15,14 @@ request:
 3. :func:`ambit.waypoint.forwarding.forward` carries the request upstream, with the route's retry policy and
    timeouts: tries, retries on other endpoints, the request body replayed, the response streamed back with the
    route's response header changes, Envoy's local answers (503 UF/UC/UR, 504 UT) and aborts.
-4. A backend Service the state does not know → 500 (flag NC: "a route to a missing backend answers 500"); no
-   endpoint → 503 ``no healthy upstream`` (flag UH).
-5. A malformed request gets a 400 (an oversized head 431, a head not finished within ``head_timeout`` 408) and the
-   tunnel is closed; never a traceback. Any bug here or in the forwarding ends the tunnel with a 500 and a log
-   line.
+4. A backend Service the state does not know → 500, empty (flag NC: "a route to a missing backend answers
+   500"; 503 for a VirtualService's); no endpoint → 503 ``no healthy upstream`` (flag UH).
+5. A malformed request gets a 400 (an oversized head 431) whose body is the reason phrase (``Bad Request``), flag
+   ``DPE``, as Envoy's codec errors are answered; a head not finished within ``head_timeout`` gets 408 ``stream
+   timeout`` with flag ``SI`` (Envoy's stream idle timeout). The tunnel is then closed; never a traceback. Any
+   bug here or in the forwarding ends the tunnel with a 500 and a log line.
 6. Authentication and authorization come first (:func:`ambit.waypoint.exchange.serve_request` rule 0): 401 for
-   a rejected token, 403 ``RBAC: access denied`` with flag ``RBAC`` for a denied request.
+   a rejected token, 403 ``RBAC: access denied`` (no response flag, as Envoy's) for a denied request.
 7. Each client request is counted once (``istio_requests_total`` and the histograms, reporter="waypoint"), however
    many tries it took, with its final response code and flags, and logged once with its number of tries.
 """
@@ -37,6 +39,7 @@ from ambit.proxy.streams import ByteStream
 from ambit.waypoint.context import Tunnel, WaypointContext
 from ambit.waypoint.decisions import RequestHead
 from ambit.waypoint.downstream import Downstream, DownstreamGoneError, HeadTimeoutError, Outcome
+from ambit.waypoint.envoy_request_headers import REQUEST_ID, without_internal_headers
 from ambit.waypoint.errors import HttpProtocolError
 from ambit.waypoint.exchange import account, serve_request
 from ambit.waypoint.http1 import RequestStarted, ServerSide, simple_response
@@ -48,6 +51,8 @@ LINGER_SECONDS = 2.0
 DRAIN_LIMIT = 1024 * 1024
 """Request body bytes read and dropped before a local answer; a longer body closes the connection instead."""
 
+STREAM_TIMEOUT_BODY = "stream timeout"
+"""Envoy's answer when a stream's idle timeout passes before its response began (flag ``SI``)."""
 _REASONS = {
     400: "Bad Request",
     408: "Request Timeout",
@@ -103,9 +108,10 @@ async def _serve(
         try:
             event = await down.next_event(head=True)
         except HeadTimeoutError as exc:
-            if exc.partial:
-                await _answer_and_close(down, 408, "request head not received in time")
-                _account_refused(ctx, tunnel, 408, "request head not received in time", ctx.clock() - began)
+            if exc.partial:  # Envoy's stream idle timeout on a stream whose head never ended
+                await _answer_and_close(down, 408, "request head not received in time", STREAM_TIMEOUT_BODY)
+                reason = "request head not received in time"
+                _account_refused(ctx, tunnel, 408, reason, ctx.clock() - began, flags="SI")
             return
         except HttpProtocolError as exc:
             await _answer_and_close(down, exc.status, exc.reason)
@@ -123,22 +129,26 @@ async def _serve(
             return
 
 
-async def _answer_and_close(down: Downstream, status: int, reason: str) -> None:
+async def _answer_and_close(down: Downstream, status: int, reason: str, body: str | None = None) -> None:
+    """Rule 5: Envoy's answer to a request its HTTP/1 codec refused, the status's reason phrase as the body (the
+    codec hands the connection manager ``sendLocalReply(code, <phrase>)``); ``reason`` is for the log."""
     log.info("tunnel: %d %s", status, reason)
+    phrase = _REASONS.get(status, "Error")
     with contextlib.suppress(Exception):
-        await down.stream.write(simple_response(status, _REASONS.get(status, "Error"), f"{reason}\n"))
+        await down.stream.write(simple_response(status, phrase, phrase if body is None else body))
 
 
 async def _exchange(ctx: WaypointContext, tunnel: Tunnel, down: Downstream, started: RequestStarted) -> bool:
     """One request (rules 1-6); True when the tunnel may carry another."""
     began = ctx.clock()
     head = started.head
-    request_id = head.header("x-request-id")
+    headers = without_internal_headers(head.headers, edge=ctx.edge)
+    request_id = next((v for n, v in headers if n == REQUEST_ID), "")
     if not request_id:
         request_id = ctx.request_id()
-        head = RequestHead(  # not dataclasses.replace: this runs for every request
-            head.method, head.path, head.authority, (*head.headers, ("x-request-id", request_id)), head.scheme
-        )
+        headers = (*headers, (REQUEST_ID, request_id))
+    if headers is not head.headers:  # not dataclasses.replace: this runs for every request
+        head = RequestHead(head.method, head.path, head.authority, headers, head.scheme)
         started = RequestStarted(head, started.version, started.upgrade, started.has_body)
     outcome = Outcome(request_id)
     grpc = (head.header("content-type") or "").startswith("application/grpc")
@@ -169,7 +179,10 @@ async def _handle(
     return await serve_request(ctx, tunnel, down, started, outcome)
 
 
-def _account_refused(ctx: WaypointContext, tunnel: Tunnel, status: int, reason: str, duration: float) -> None:
-    """A request the waypoint could not parse: counted with Envoy's ``DPE`` flag (downstream protocol error)."""
-    outcome = Outcome("", status=status, flags="DPE", error=reason)
+def _account_refused(
+    ctx: WaypointContext, tunnel: Tunnel, status: int, reason: str, duration: float, *, flags: str = "DPE"
+) -> None:
+    """A request the waypoint could not parse: counted with Envoy's ``DPE`` flag (downstream protocol error), or
+    ``SI`` (stream idle timeout) for a head that never ended."""
+    outcome = Outcome("", status=status, flags=flags, error=reason)
     account(ctx, tunnel, RequestHead("-", "-", tunnel.authority), outcome, duration, grpc=False)

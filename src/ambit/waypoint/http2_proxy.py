@@ -10,8 +10,10 @@ HTTP/1.1 with one kept connection per request in flight).
 
 Rules:
 
-1. ``x-request-id`` is added when missing; the request is counted once (``request_protocol="grpc"`` for a
-   ``content-type`` of ``application/grpc*``, with the ``grpc-status`` of the response head or trailers) and logged.
+1. The ``x-envoy-*`` headers a client may not send are removed, and at a gateway its ``x-request-id``
+   (:mod:`ambit.waypoint.envoy_request_headers`); ``x-request-id`` is added when missing; the request is counted
+   once (``request_protocol="grpc"`` for a ``content-type`` of ``application/grpc*``, with the ``grpc-status`` of
+   the response head or trailers) and logged.
 2. Limits: at most ``max_streams_per_connection`` streams per tunnel (the engine refuses more and charges the
    client's reset budget); request heads are bounded by the engine (64 KiB decoded, 128 KiB compressed, 32
    CONTINUATION frames); what a stream's body may hold unread is its window (``STREAM_WINDOW``), a tunnel's the
@@ -52,6 +54,7 @@ from ambit.proxy.streams import ByteStream
 from ambit.waypoint.context import Tunnel, WaypointContext
 from ambit.waypoint.decisions import RequestHead
 from ambit.waypoint.downstream import DownstreamGoneError, Outcome
+from ambit.waypoint.envoy_request_headers import REQUEST_ID, without_internal_headers
 from ambit.waypoint.errors import HttpProtocolError
 from ambit.waypoint.exchange import account, serve_request
 from ambit.waypoint.http1 import Event, RequestStarted
@@ -292,11 +295,11 @@ async def _serve_stream(
     request: RequestReceived,
 ) -> None:
     began = ctx.clock()
-    headers = request.headers
-    request_id = next((v for n, v in headers if n == "x-request-id"), "")
+    headers = without_internal_headers(request.headers, edge=ctx.edge)
+    request_id = next((v for n, v in headers if n == REQUEST_ID), "")
     if not request_id:
         request_id = ctx.request_id()
-        headers = (*headers, ("x-request-id", request_id))
+        headers = (*headers, (REQUEST_ID, request_id))
     head = RequestHead(request.method, request.path, request.authority, headers, request.scheme)
     outcome = Outcome(request_id)
     grpc = (head.header("content-type") or "").startswith("application/grpc")

@@ -28,11 +28,13 @@ Rules:
    more and the shell drops the buffer (:class:`ReleaseBody`).
 7. When a failure is not retried: a response head is forwarded (:class:`ForwardResponse`, also for a retriable
    status on the last try, as Envoy does); a connection failure answers 503 (:data:`CONNECT_FAILURE_BODY`, flag
-   ``UF``); a name that did not resolve (:class:`DnsFailed`, a ``DYNAMIC_DNS`` host or a ``resolution: DNS``
-   endpoint resolved per request) 503 :data:`DNS_FAILURE_BODY` with flag ``DF``, never retried (Envoy answers it
-   in its dynamic forward proxy filter, before the router that retries); a refused stream 503 (flag ``UR``); a
-   reset before headers 503 (flag ``UC``); a passed try deadline 504 "upstream request timeout" (``UT``). A try
-   that is given up while its stream is open is cancelled (:class:`CancelAttempt`: reset it, drop its answer).
+   ``UF``; Envoy's reset reason ``remote connection failure``, and, as for the other resets, ``retried and the
+   latest reset reason`` once the request was retried: :func:`after_retries`); a name that did not resolve
+   (:class:`DnsFailed`, a ``DYNAMIC_DNS`` host or a ``resolution: DNS`` endpoint resolved per request) 503
+   :data:`DNS_FAILURE_BODY` with flag ``DF``, never retried (Envoy answers it in its dynamic forward proxy filter,
+   before the router that retries); a refused stream 503 (flag ``UR``); a reset before headers 503 (flag ``UC``);
+   a passed try deadline 504 "upstream request timeout" (``UT``). A try that is given up while its stream is open
+   is cancelled (:class:`CancelAttempt`: reset it, drop its answer).
 8. Once a response head is forwarded, nothing is retried: the client has the status. The request deadline or the
    try's deadline passing then, or the upstream resetting, aborts the client's stream (:class:`AbortResponse`).
    :class:`BodyStarted` (response bytes went to the client) and :class:`ResponseCompleted` are accepted there.
@@ -93,11 +95,20 @@ REPLAY_LIMIT = 64 * 1024
 """Request body bytes the shell buffers for replay; a longer body is never retried (rule 6)."""
 BACKOFF_CEILING = 10
 """The longest wait between tries, in multiples of the policy's backoff (rule 5)."""
-CONNECT_FAILURE_BODY = b"upstream connect error or disconnect/reset before headers. reset reason: connection failure"
+RESET_PREFIX = b"upstream connect error or disconnect/reset before headers. "
+RETRIED = b"retried and the latest "
+"""Envoy's router says so in a reset's answer once the request was retried (``Filter::onUpstreamReset``)."""
+CONNECT_FAILURE_BODY = RESET_PREFIX + b"reset reason: remote connection failure"
 DNS_FAILURE_BODY = b"DNS resolution failure"
-RESET_BODY = b"upstream connect error or disconnect/reset before headers. reset reason: connection termination"
-REFUSED_BODY = b"upstream connect error or disconnect/reset before headers. reset reason: remote refused stream reset"
+RESET_BODY = RESET_PREFIX + b"reset reason: connection termination"
+REFUSED_BODY = RESET_PREFIX + b"reset reason: remote refused stream reset"
 TIMEOUT_BODY = b"upstream request timeout"
+
+
+def after_retries(body: bytes) -> bytes:
+    """A reset's answer (:data:`CONNECT_FAILURE_BODY`, :data:`REFUSED_BODY`, :data:`RESET_BODY`) as the router
+    writes it when the failed try was a retry: ``... before headers. retried and the latest reset reason: ...``."""
+    return RESET_PREFIX + RETRIED + body.removeprefix(RESET_PREFIX)
 
 
 class RetryStateError(AmbitError):
@@ -465,13 +476,13 @@ class RetryMachine:
             case _Act.FORWARD:
                 return ForwardResponse(self.attempt)
             case _Act.RESPOND_CONNECT:
-                return RespondLocally(503, CONNECT_FAILURE_BODY, "UF")
+                return RespondLocally(503, self._reset_body(CONNECT_FAILURE_BODY), "UF")
             case _Act.RESPOND_DNS:
                 return RespondLocally(503, DNS_FAILURE_BODY, "DF")
             case _Act.RESPOND_REFUSED:
-                return RespondLocally(503, REFUSED_BODY, "UR")
+                return RespondLocally(503, self._reset_body(REFUSED_BODY), "UR")
             case _Act.RESPOND_RESET:
-                return RespondLocally(503, RESET_BODY, "UC")
+                return RespondLocally(503, self._reset_body(RESET_BODY), "UC")
             case _Act.RESPOND_TIMEOUT:
                 return RespondLocally(504, TIMEOUT_BODY, "UT")
             case _Act.ABORT_RESET:
@@ -481,6 +492,10 @@ class RetryMachine:
             case _Act.RELEASE:
                 self.replayable = False
                 return ReleaseBody()
+
+    def _reset_body(self, body: bytes) -> bytes:
+        """Rule 7: the reset's answer, saying the request was retried when the failed try was not the first."""
+        return after_retries(body) if self.attempt > 1 else body
 
     def _attempt_timer(self, now: float) -> ArmAttemptTimer | None:
         if self.timeouts.backend_request is None:

@@ -18,7 +18,9 @@ Rules:
 5. A rule with a redirect answers it (status and ``Location``, see :mod:`ambit.waypoint.filters`); nothing else of
    the rule runs.
 6. Otherwise a backend is drawn by weight with ``random`` in [0, 1) over the cumulative weights (weight 0, or
-   negative, is never drawn). No backend with a weight, or a draw that lands on an unresolved backend, answers 500.
+   negative, is never drawn). No backend with a weight answers 500 (istiod's direct response); a draw that lands on
+   an unresolved backend answers the rule's ``missing_backend_status`` (Envoy's cluster-not-found code: 500 for
+   Gateway API, 503 for a VirtualService), empty, with flag ``NC``.
 7. Filters run in a fixed order: the rule's request header modifier, its URL rewrite (hostname replaces the
    authority, the path is replaced fully or by prefix), then the drawn backend's own header modifier. The rule's
    response header modifier travels in the :class:`Forward` for the shell to apply. A rewrite hostname or a redirect
@@ -282,7 +284,7 @@ def _act(compiled: _CompiledRule, destination: BackendService, request: RequestH
     if chosen is None:
         return Respond(500, route=rule.route)
     if chosen[1].backend is None:
-        return Respond(rule.missing_backend_status, route=rule.route)
+        return Respond(rule.missing_backend_status, route=rule.route, flags="NC")  # Envoy: no cluster found
     backend, backend_edit = chosen[1].backend, chosen[2]
     if compiled.request_headers is not None:
         request = compiled.request_headers.apply(request)
@@ -327,6 +329,7 @@ def _act(compiled: _CompiledRule, destination: BackendService, request: RequestH
         retry=rule.retry,
         mirrors=mirrors,
         route=rule.route,
+        missing_backend_status=rule.missing_backend_status,
     )
 
 
