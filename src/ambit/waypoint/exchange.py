@@ -104,6 +104,7 @@ from ambit.waypoint.http1_upstream import http1_connector
 from ambit.waypoint.http2_upstream import http2_connector
 from ambit.waypoint.mirror import start_mirrors
 from ambit.waypoint.response_base import OVERLOADED
+from ambit.waypoint.retries import RESET_PREFIX
 from ambit.waypoint.telemetry import RequestRecord
 from ambit.waypoint.traffic_policy import DEFAULT as DEFAULT_BACKEND
 from ambit.waypoint.traffic_policy import Admission, BackendPolicy, plan_upstream_h2
@@ -381,7 +382,7 @@ def _outlier_reporter(
     return report
 
 
-OVERFLOW_BODY = b"upstream connect error or disconnect/reset before headers. reset reason: overflow"
+OVERFLOW_BODY = RESET_PREFIX + b"reset reason: overflow"
 
 
 async def _forward_limited(

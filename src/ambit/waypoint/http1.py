@@ -91,6 +91,13 @@ _FRAMING = frozenset(("content-length", "transfer-encoding"))
 _HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "te", "trailer", "upgrade", "expect"})
 _NO_BODY_STATUSES = frozenset((204, 304))
 _PHRASES = {status.value: status.phrase for status in HTTPStatus}
+
+
+def reason_phrase(status: int, default: str = "") -> str:
+    """The standard reason phrase of ``status`` (``Not Found``), else ``default``."""
+    return _PHRASES.get(status, default)
+
+
 """Rule 6: the reason phrase of each standard code."""
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 

@@ -42,7 +42,7 @@ from ambit.waypoint.downstream import Downstream, DownstreamGoneError, HeadTimeo
 from ambit.waypoint.envoy_request_headers import REQUEST_ID, without_internal_headers
 from ambit.waypoint.errors import HttpProtocolError
 from ambit.waypoint.exchange import account, serve_request
-from ambit.waypoint.http1 import RequestStarted, ServerSide, simple_response
+from ambit.waypoint.http1 import RequestStarted, ServerSide, reason_phrase, simple_response
 
 log = logging.getLogger("ambit.waypoint.http1")
 
@@ -53,12 +53,6 @@ DRAIN_LIMIT = 1024 * 1024
 
 STREAM_TIMEOUT_BODY = "stream timeout"
 """Envoy's answer when a stream's idle timeout passes before its response began (flag ``SI``)."""
-_REASONS = {
-    400: "Bad Request",
-    408: "Request Timeout",
-    431: "Request Header Fields Too Large",
-    505: "HTTP Version Not Supported",
-}
 
 
 async def serve_http1(
@@ -133,7 +127,7 @@ async def _answer_and_close(down: Downstream, status: int, reason: str, body: st
     """Rule 5: Envoy's answer to a request its HTTP/1 codec refused, the status's reason phrase as the body (the
     codec hands the connection manager ``sendLocalReply(code, <phrase>)``); ``reason`` is for the log."""
     log.info("tunnel: %d %s", status, reason)
-    phrase = _REASONS.get(status, "Error")
+    phrase = reason_phrase(status, "Error")
     with contextlib.suppress(Exception):
         await down.stream.write(simple_response(status, phrase, phrase if body is None else body))
 

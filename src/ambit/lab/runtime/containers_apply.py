@@ -219,19 +219,19 @@ class ContainerSupervisor:
         if not task.done():
             await self._terminate(handle, task, grace)
 
-    def _post_start_hook(self) -> Mapping[str, Any] | None:
+    def _hook(self, name: str) -> Mapping[str, Any] | None:
+        """The container's ``lifecycle.<name>`` handler (``postStart``, ``preStop``), if it has one."""
         lifecycle = self.spec.get("lifecycle")
-        hook = lifecycle.get("postStart") if isinstance(lifecycle, dict) else None
+        hook = lifecycle.get(name) if isinstance(lifecycle, dict) else None
         return hook if isinstance(hook, dict) else None
 
     async def _pre_stop(self, grace: float) -> float:
         """The container's ``lifecycle.preStop`` handler, within ``grace`` seconds; the seconds left for the SIGTERM
         (:data:`~ambit.lab.runtime.probes.PRE_STOP_EXTENSION` when the hook used them all). A hook that fails or
         runs out of time is reported (``FailedPreStopHook``) and the stop goes on, as the kubelet's does."""
-        lifecycle = self.spec.get("lifecycle")
-        hook = lifecycle.get("preStop") if isinstance(lifecycle, dict) else None
+        hook = self._hook("preStop")
         launch = self._launch
-        if not isinstance(hook, dict) or launch is None or grace <= 0:
+        if hook is None or launch is None or grace <= 0:
             return grace
         loop = asyncio.get_running_loop()
         began = loop.time()
@@ -363,7 +363,7 @@ class ContainerSupervisor:
         self._handle = handle
         loop = asyncio.get_running_loop()
         startup = probes.get("startupProbe") if launch is not None and not self.state.startup_passed else None
-        post_start = self._post_start_hook() if launch is not None and self._fresh else None
+        post_start = self._hook("postStart") if launch is not None and self._fresh else None
         self._fresh = False
         if startup is None and post_start is None and "readinessProbe" not in probes:
             self.state.ready = True
