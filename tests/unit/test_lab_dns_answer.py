@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from json_strategies import json_objects, json_values
 
-from ambit.lab.dns.answer import Transport, respond
+from ambit.lab.dns.answer import MAX_CNAME_CHAIN, Transport, respond
 from ambit.lab.dns.records import ClusterRecords, build_records, parse_zone
 
 
@@ -47,6 +47,16 @@ RECORDS = build_records(
         ),
         service("apps", "db", "None", [{"name": "pg", "port": 5432}]),
         service("apps", "ext", "", type="ExternalName", externalName="api.example.com"),
+        service("apps", "alias", "", type="ExternalName", externalName="server.apps.svc.cluster.local"),
+        service("apps", "twice", "", type="ExternalName", externalName="alias.apps.svc.cluster.local"),
+        service("apps", "loop-a", "", type="ExternalName", externalName="loop-b.apps.svc.cluster.local"),
+        service("apps", "loop-b", "", type="ExternalName", externalName="loop-a.apps.svc.cluster.local"),
+        *(
+            service("apps", f"hop{i}", "", type="ExternalName", externalName=f"hop{i + 1}.apps.svc.cluster.local")
+            for i in range(12)
+        ),
+        service("apps", "gone", "", type="ExternalName", externalName="nothing.apps.svc.cluster.local"),
+        service("apps", "outside", "", type="ExternalName", externalName="www.example.com"),
         service("other", "server", "198.19.0.21"),
     ],
     [
@@ -75,7 +85,7 @@ def ask(name: str, rdtype: str = "A", records: ClusterRecords = RECORDS, **kwarg
 
 
 def addresses(response: dns.message.Message) -> list[str]:
-    return sorted(rd.to_text() for rrset in response.answer for rd in rrset)
+    return sorted(rd.to_text() for rrset in response.answer for rd in rrset if rrset.rdtype != dns.rdatatype.CNAME)
 
 
 def test_a_cluster_ip_service_answers_its_cluster_ip_authoritatively() -> None:
@@ -180,10 +190,32 @@ def test_names_that_exist_without_records_are_empty_answers() -> None:
     assert ask("server.apps.svc.cluster.local", "TXT").answer == []
 
 
-def test_an_external_name_service_answers_a_cname() -> None:
+def test_an_external_name_service_answers_a_cname_followed_to_names_the_lab_answers() -> None:
     response = ask("ext.apps.svc.cluster.local")
     assert response.answer[0].rdtype == dns.rdatatype.CNAME
     assert response.answer[0][0].to_text() == "api.example.com."
+    assert addresses(response) == ["198.18.3.9"], "CoreDNS resolves the target: a stub resolver does not chase it"
+    in_cluster = ask("alias.apps.svc.cluster.local")
+    assert [r.rdtype for r in in_cluster.answer] == [dns.rdatatype.CNAME, dns.rdatatype.A]
+    assert addresses(in_cluster) == ["198.19.0.20"] and in_cluster.rcode() == dns.rcode.NOERROR
+    chained = ask("twice.apps.svc.cluster.local")
+    assert [r.rdtype for r in chained.answer] == [dns.rdatatype.CNAME, dns.rdatatype.CNAME, dns.rdatatype.A]
+
+
+def test_an_external_name_chain_is_bounded_and_its_last_name_decides_the_rcode() -> None:
+    looping = ask("loop-a.apps.svc.cluster.local")
+    assert [r.name.to_text() for r in looping.answer] == [
+        "loop-a.apps.svc.cluster.local.",
+        "loop-b.apps.svc.cluster.local.",
+    ]
+    long = ask("hop0.apps.svc.cluster.local")
+    assert len(long.answer) == 1 + MAX_CNAME_CHAIN and all(r.rdtype == dns.rdatatype.CNAME for r in long.answer)
+    missing = ask("gone.apps.svc.cluster.local")
+    assert missing.answer[0].rdtype == dns.rdatatype.CNAME and missing.rcode() == dns.rcode.NXDOMAIN
+    outside = ask("outside.apps.svc.cluster.local")
+    assert len(outside.answer) == 1 and outside.rcode() == dns.rcode.NOERROR, "nothing is forwarded"
+    only = ask("alias.apps.svc.cluster.local", "CNAME")
+    assert [r.rdtype for r in only.answer] == [dns.rdatatype.CNAME], "a CNAME question gets the CNAME alone"
 
 
 def test_the_lab_zone_answers_its_names_and_nothing_else_is_forwarded() -> None:

@@ -12,7 +12,11 @@ Rules (``<d>`` is the cluster domain, ``cluster.local``):
    parsing), a
    class other than IN is REFUSED, an EDNS version above 0 is BADVERS.
 2. ``<svc>.<ns>.svc.<d>``: a Service with addresses answers A/AAAA with them; a headless one with its ready
-   endpoints' addresses; an ExternalName one with a CNAME to its target (not followed).
+   endpoints' addresses; an ExternalName one with a CNAME to its target, followed (as CoreDNS does) when the target
+   is a name these records answer, up to :data:`MAX_CNAME_CHAIN` links and never to a name already in the answer
+   (a loop of ExternalName Services ends where it closes): the target's records join the answer, and
+   its rcode is the response's (NXDOMAIN for a target under the cluster domain that does not exist). A question
+   for the CNAME itself (type CNAME) is not followed.
 3. ``<endpoint>.<svc>.<ns>.svc.<d>``: a ready endpoint of a headless Service, by hostname or dashed address.
 4. ``_<port>._<proto>.<svc>.<ns>.svc.<d>`` SRV: one record ``0 100 <port> <svc fqdn>`` for a Service with
    addresses, one per ready endpoint ``0 100 <target port> <endpoint>.<svc fqdn>`` for a headless Service, with
@@ -52,6 +56,7 @@ import dns.rrset
 from ambit.lab.dns.records import ClusterRecords, Endpoint, IPAddress, ServiceRecord
 
 TTL = 5
+MAX_CNAME_CHAIN = 8
 """Seconds, for answers and negative answers alike (CoreDNS's kubernetes plugin default)."""
 OUR_PAYLOAD = 1232
 """Largest UDP response we send to an EDNS client (the DNS flag day 2020 value)."""
@@ -152,8 +157,10 @@ class _Resolver:
         response: dns.message.Message,
         qname: dns.name.Name,
         qtype: dns.rdatatype.RdataType,
+        chain: int = 0,
     ) -> None:
         self.records = records
+        self.chain = chain
         self.response = response
         self.qname = qname
         self.qtype = qtype
@@ -207,10 +214,21 @@ class _Resolver:
             self.response.answer.append(
                 dns.rrset.from_text(self.qname, TTL, "IN", "CNAME", target.to_text()),
             )
+            if (
+                self.qtype != dns.rdatatype.CNAME
+                and self.chain < MAX_CNAME_CHAIN
+                and self._ours(target)
+                and all(rrset.name != target for rrset in self.response.answer)
+            ):
+                _Resolver(self.records, self.response, target, self.qtype, self.chain + 1).run()
             return None
         if service.headless:
             return self._addresses(sorted({e.address for e in self._endpoints(service)}, key=str))
         return self._addresses(service.addresses)
+
+    def _ours(self, name: dns.name.Name) -> bool:
+        """Whether these records answer ``name`` (rule 2's CNAME is followed only then: nothing is forwarded)."""
+        return name.is_subdomain(self.domain) or ".".join(_labels(name)) in self.records.zone
 
     def _endpoints(self, service: ServiceRecord) -> tuple[Endpoint, ...]:
         return self.records.find_endpoints(service.namespace, service.name)
