@@ -443,6 +443,24 @@ def test_a_bad_grpc_fault_abort_drops_the_rule_and_names_the_field(abort: Obj, f
     assert field in {s.field for s in translation.skipped if s.kind == "VirtualService"}
 
 
+@pytest.mark.parametrize(
+    ("retry_on", "codes", "connect"),
+    [
+        ("gateway-error", (502, 503, 504), True),  # Envoy's wouldRetryFromReset: 5xx and gateway-error both retry
+        ("5xx", tuple(range(500, 600)), True),
+        ("retriable-status-codes,503", (503,), False),
+        ("409,retriable-4xx", (409,), False),
+        ("reset", (), True),
+    ],
+)
+def test_retry_conditions_retry_on_an_upstream_reset_as_envoy_does(
+    retry_on: str, codes: tuple[int, ...], connect: bool
+) -> None:
+    rule_spec = {"retries": {"attempts": 1, "retryOn": retry_on}, "route": [to()]}
+    (rule,) = table(translate(vs(hosts=["b"], http=[rule_spec]))).http
+    assert rule.retry == RetryPolicy(attempts=1, codes=codes, on_connect_failure=connect)
+
+
 def test_rewrite_timeout_retries_mirrors_and_headers_translate() -> None:
     rule_spec = {
         "match": [{"uri": {"prefix": "/old"}}],

@@ -42,8 +42,9 @@ Rules:
    ``prefix_rewrite`` does); ``rewrite.authority`` the authority; ``uriRegexRewrite`` replaces every match in the
    path (an RE2 pattern; one RE2 would refuse, or a bad substitution, drops the rule). ``timeout`` bounds the
    exchange (``0s`` none); ``retries``: ``attempts`` (0 none), ``perTryTimeout``, ``retryOn`` (``5xx``,
-   ``gateway-error``, ``retriable-4xx``, status codes, ``connect-failure``/``refused-stream``/``reset``; gRPC
-   conditions cannot be judged by status and are ignored); without ``retries``, Istio's default. ``mirror`` with
+   ``gateway-error``, ``retriable-4xx``, status codes, ``connect-failure``/``refused-stream``/``reset``; ``5xx``
+   and ``gateway-error`` also retry a connection failure, as Envoy counts an upstream reset as a 5xx for both;
+   gRPC conditions cannot be judged by status and are ignored); without ``retries``, Istio's default. ``mirror`` with
    ``mirrorPercentage`` and ``mirrors`` with ``percentage`` (0 percent: none). ``fault``: ``delay.fixedDelay`` with
    ``percentage``, ``abort.httpStatus`` or ``abort.grpcStatus`` (a status name, sent as its code) with
    ``percentage``. ``corsPolicy`` is carried to the engine (rule 8).
@@ -434,8 +435,9 @@ def _retry(value: Any, field: str) -> tuple[RetryPolicy, float | None]:
         elif condition == "5xx":
             codes.update(range(500, 600))
             connect = True
-        elif condition == "gateway-error":
+        elif condition == "gateway-error":  # Envoy counts an upstream reset as a 5xx for it too
             codes.update((502, 503, 504))
+            connect = True
         elif condition == "retriable-4xx":
             codes.add(409)
         elif condition in _CONNECT_FAILURES:
