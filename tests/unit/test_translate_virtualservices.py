@@ -461,6 +461,16 @@ def test_retry_conditions_retry_on_an_upstream_reset_as_envoy_does(
     assert rule.retry == RetryPolicy(attempts=1, codes=codes, on_connect_failure=connect)
 
 
+def test_retry_backoff_is_the_base_interval_with_or_without_retry_on() -> None:
+    for retries, expected in (
+        ({"attempts": 3, "backoff": "100ms"}, RetryPolicy(attempts=3, backoff=0.1)),
+        ({"attempts": 3, "backoff": "1s", "retryOn": "gateway-error"}, RetryPolicy(3, (502, 503, 504), 1.0, True)),
+        ({"attempts": 3}, RetryPolicy(attempts=3, backoff=0.025)),
+    ):
+        (rule,) = table(translate(vs(hosts=["b"], http=[{"retries": retries, "route": [to()]}]))).http
+        assert rule.retry == expected, retries
+
+
 def test_rewrite_timeout_retries_mirrors_and_headers_translate() -> None:
     rule_spec = {
         "match": [{"uri": {"prefix": "/old"}}],

@@ -422,9 +422,11 @@ def _retry(value: Any, field: str) -> tuple[RetryPolicy, float | None]:
     if not 0 <= attempts <= 100:
         raise BadField(f"{field}.attempts", "expected 0 to 100")
     per_try = parse_duration(spec["perTryTimeout"], f"{field}.perTryTimeout") if spec.get("perTryTimeout") else None
+    backoff = parse_duration(spec["backoff"], f"{field}.backoff") if spec.get("backoff") else None
+    base = RetryPolicy(attempts=attempts) if backoff is None else RetryPolicy(attempts=attempts, backoff=backoff)
     retry_on = read_text(spec.get("retryOn"), f"{field}.retryOn")
     if not retry_on:
-        return RetryPolicy(attempts=attempts), per_try or None
+        return base, per_try or None
     codes: set[int] = set()
     connect = False
     for condition in (c.strip() for c in retry_on.split(",") if c.strip()):
@@ -444,7 +446,7 @@ def _retry(value: Any, field: str) -> tuple[RetryPolicy, float | None]:
             connect = True
         elif condition not in _GRPC_CONDITIONS and condition != "retriable-status-codes":
             raise BadField(f"{field}.retryOn", f"unknown retry condition {condition!r}")
-    return RetryPolicy(attempts=attempts, codes=tuple(sorted(codes)), on_connect_failure=connect), per_try or None
+    return replace(base, codes=tuple(sorted(codes)), on_connect_failure=connect), per_try or None
 
 
 def _fault(value: Any, field: str, notes: list[tuple[str, str]]) -> Fault | None:
