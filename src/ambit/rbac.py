@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ambit.model.identity import SpiffeId
+from ambit.model.path_templates import path_matches_template
 from ambit.model.policy import Action, Cidr, KeyedMatch, Match, Policy, Scope, ServiceAccountMatch, StringMatch
 from ambit.model.workload import IPAddress, Workload
 
@@ -150,6 +151,18 @@ def _strings(positive: Sequence[StringMatch], negative: Sequence[StringMatch], v
     return not (negative and any(m.matches(value) for m in negative))
 
 
+def _paths(match: Match, path: str) -> bool:
+    """Rule 11's paths with templates: each list is its string matches or its templates."""
+    if (match.paths or match.path_templates) and not (
+        any(m.matches(path) for m in match.paths) or any(path_matches_template(t, path) for t in match.path_templates)
+    ):
+        return False
+    return not (
+        any(m.matches(path) for m in match.not_paths)
+        or any(path_matches_template(t, path) for t in match.not_path_templates)
+    )
+
+
 def _accounts(
     positive: Sequence[ServiceAccountMatch], negative: Sequence[ServiceAccountMatch], identity: SpiffeId | None
 ) -> bool:
@@ -219,7 +232,10 @@ def _l7_holds(match: Match, conn: Connection, request: Request) -> bool:
         return False
     if match.not_methods and request.method in match.not_methods:
         return False
-    if (match.paths or match.not_paths) and not _strings(match.paths, match.not_paths, request.path):
+    if match.path_templates or match.not_path_templates:
+        if not _paths(match, request.path):
+            return False
+    elif (match.paths or match.not_paths) and not _strings(match.paths, match.not_paths, request.path):
         return False
     identity = request.identity
     if (match.request_principals or match.not_request_principals) and not _strings(

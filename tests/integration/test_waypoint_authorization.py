@@ -79,6 +79,24 @@ async def test_the_l7_table_of_allow_deny_paths_methods_and_headers(rig: Rig) ->
     assert (await status_of(rig, "GET", "/x/..%2F..%2Fecho"))[0] == 403
 
 
+async def test_path_templates_allow_and_deny_at_a_real_waypoint(rig: Rig) -> None:
+    configure(
+        rig,
+        policy("allow-items", Action.ALLOW, Match(path_templates=("/echo/{*}/items/{**}",))),
+        policy("deny-admin", Action.DENY, Match(path_templates=("/echo/{*}/items/admin/{**}",))),
+    )
+
+    async def denied(path: str) -> bool:
+        return await status_of(rig, "GET", path) == (403, b"RBAC: access denied")
+
+    assert not await denied("/echo/v1/items/")
+    assert not await denied("/echo/v1/items/42?colour=red"), "the query is not matched"
+    assert not await denied("/echo/v1/x/../items/1"), "matched after normalization"
+    assert await denied("/echo/v1/items/admin/users")
+    assert await denied("/echo/v1/v2/items/42"), "{*} is one segment"
+    assert await denied("/echo/v1/items")
+
+
 async def test_identity_rules_use_the_tunnel_peer(rig: Rig) -> None:
     configure(
         rig, policy("only-client", Action.ALLOW, Match(principals=(StringMatch.exact(f"{TD}/ns/app/sa/client"),)))

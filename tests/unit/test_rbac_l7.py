@@ -67,6 +67,15 @@ L7_CASES = [
     (Match(paths=s("/cart")), request(), False),
     (Match(not_paths=s("/cart/*")), request(), False),
     (Match(not_paths=s("/admin*")), request(), True),
+    # path templates: alternatives of their list (Envoy's OR of url_path and uri_template permissions)
+    (Match(path_templates=("/{*}/items",)), request(), True),
+    (Match(path_templates=("/{*}",)), request(), False),
+    (Match(paths=s("/nope"), path_templates=("/cart/{**}",)), request(), True),
+    (Match(paths=s("/cart/*"), path_templates=("/x/{*}",)), request(), True),
+    (Match(paths=s("/nope"), path_templates=("/x/{*}",)), request(), False),
+    (Match(not_path_templates=("/{**}/items",)), request(), False),
+    (Match(not_paths=s("/admin"), not_path_templates=("/admin/{*}",)), request(), True),
+    (Match(paths=s("/cart/*"), not_path_templates=("/{*}/items",)), request(), False),
     # request principals: <iss>/<sub>; none without a token
     (Match(request_principals=s("https://issuer.example/alice")), request(), True),
     (Match(request_principals=s("*")), request(), True),

@@ -305,10 +305,24 @@ def test_invalid_values_are_enforced_more_restrictively(when: dict[str, Any], pr
     assert deny.waypoint_policy.rules == (Rule((Clause((Match(methods=("POST",)),)),)),)  # condition ignored
 
 
-def test_path_templates_are_refused() -> None:
-    result = translate_waypoint_policy(ap(rules=[{"to": [{"operation": {"paths": ["/a/{*}"]}}]}]), INDEX)
-    assert result.waypoint_policy is not None and result.waypoint_policy.rules == ()
-    assert result.status is not None and "path templates are not supported" in result.status.message
+def test_path_templates_are_kept_apart_from_the_string_forms() -> None:
+    operation = {"paths": ["/a/{*}", "/exact", "/p/*"], "notPaths": ["/{**}/admin"]}
+    result = translate_waypoint_policy(ap(rules=[{"to": [{"operation": operation}]}]), INDEX)
+    assert result.waypoint_policy is not None
+    expected = Match(
+        paths=(StringMatch.exact("/exact"), StringMatch.prefix("/p/")),
+        path_templates=("/a/{*}",),
+        not_path_templates=("/{**}/admin",),
+    )
+    assert result.waypoint_policy.rules == (Rule((Clause((expected,)),)),)
+    assert result.status is not None and result.status.accepted
+
+
+@pytest.mark.parametrize("bad", ["/a/{**}/{*}", "a/{*}", "/a/{b}", "/a/{*}.txt"])
+def test_an_invalid_path_template_is_a_problem(bad: str) -> None:
+    result = translate_waypoint_policy(ap(rules=[{"to": [{"operation": {"paths": [bad]}}]}]), INDEX)
+    assert result.waypoint_policy is not None and result.waypoint_policy.rules == (), "an ALLOW rule is dropped"
+    assert result.status is not None and "invalid path" in result.status.message
 
 
 def test_an_empty_operation_matches_everything_as_envoy_any() -> None:

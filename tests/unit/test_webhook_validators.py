@@ -68,6 +68,10 @@ VALID: list[tuple[str, Any]] = [
     ("AuthorizationPolicy", {"rules": [{"from": [{"source": {"serviceAccounts": ["ns/sa", "sa"]}}]}]}),
     (
         "AuthorizationPolicy",
+        {"rules": [{"to": [{"operation": {"paths": ["/a/{*}/b", "/c/{**}", "/x*"], "notPaths": ["/{**}/z"]}}]}]},
+    ),
+    (
+        "AuthorizationPolicy",
         {"targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "waypoint"}]},
     ),
     ("AuthorizationPolicy", {"targetRef": {"kind": "Service", "group": "", "name": "web"}}),
@@ -373,6 +377,18 @@ INVALID: list[tuple[str, Any, str, str]] = [
         {"rules": [{"from": [{"source": {"serviceAccounts": ["a"], "principals": ["p"]}}]}]},
         "spec.rules[0].from[0].source.serviceAccounts",
         "cannot be set together",
+    ),
+    (
+        "AuthorizationPolicy",
+        {"rules": [{"to": [{"operation": {"paths": ["/ok", "/{**}/{*}"]}}]}]},
+        "spec.rules[0].to[0].operation.paths[1]",
+        "{**} is not the last operator",
+    ),
+    (
+        "AuthorizationPolicy",
+        {"rules": [{"to": [{"operation": {"notPaths": ["/foo/{buzz}"]}}]}]},
+        "spec.rules[0].to[0].operation.notPaths[0]",
+        "beyond a supported path template",
     ),
     (
         "AuthorizationPolicy",

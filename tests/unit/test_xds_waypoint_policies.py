@@ -47,6 +47,8 @@ EVERY_FIELD = Match(
     not_methods=("DELETE",),
     paths=(StringMatch.prefix("/cart/"),),
     not_paths=(StringMatch.exact("/admin"),),
+    path_templates=("/api/{*}/items",),
+    not_path_templates=("/{**}/secret",),
     request_principals=(StringMatch.prefix("https://issuer.example/"),),
     not_request_principals=(StringMatch.presence(),),
     remote_ips=(net("203.0.113.0/24"),),
@@ -124,6 +126,18 @@ M = re.escape("policies[0].rules[0].clauses[0].matches[0]")
         (_with(match=pb.PolicyMatch(not_methods=[""])), rf"{M}\.not_methods\[0\]: not an HTTP method token"),
         (_with(match=pb.PolicyMatch(methods=["GET\n"])), rf"{M}\.methods\[0\]: not an HTTP method token"),
         (_with(match=pb.PolicyMatch(paths=[apb.StringMatch()])), rf"{M}\.paths\[0\]: no match type set"),
+        (
+            _with(match=pb.PolicyMatch(path_templates=["/plain"])),
+            rf"{M}\.path_templates\[0\]: not a valid path template \(no ",
+        ),
+        (
+            _with(match=pb.PolicyMatch(not_path_templates=["/{**}/{*}"])),
+            rf"{M}\.not_path_templates\[0\]: not a valid path template \(\{{\*\*\}} is not the last",
+        ),
+        (
+            _with(match=pb.PolicyMatch(path_templates=["x/{*}"])),
+            rf"{M}\.path_templates\[0\]: not a valid path template \(a path template starts with",
+        ),
         (_with(match=pb.PolicyMatch(hosts=[apb.StringMatch(exact="a\nb")])), rf"{M}\.hosts\[0\]\.exact: has unprint"),
         (
             _with(match=pb.PolicyMatch(remote_ips=[apb.Address(address=bytes(4), length=33)])),

@@ -176,6 +176,10 @@ class Match:
     paths: tuple[StringMatch, ...] = ()
     """Against the normalized path without query (spec §7.1)."""
     not_paths: tuple[StringMatch, ...] = ()
+    path_templates: tuple[str, ...] = ()
+    """``paths`` entries with ``{*}``/``{**}`` (:mod:`ambit.model.path_templates`, valid): a path matching one of
+    them, or one of ``paths``, matches."""
+    not_path_templates: tuple[str, ...] = ()
     request_principals: tuple[StringMatch, ...] = ()
     """Against ``<iss>/<sub>`` of a validated JWT (``request.auth.principal`` too); none without a token."""
     not_request_principals: tuple[StringMatch, ...] = ()
@@ -210,6 +214,8 @@ class Match:
             or self.not_methods
             or self.paths
             or self.not_paths
+            or self.path_templates
+            or self.not_path_templates
             or self.request_principals
             or self.not_request_principals
             or self.remote_ips

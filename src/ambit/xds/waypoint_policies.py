@@ -16,6 +16,7 @@ Rules:
 3. Methods are HTTP tokens. Header keys are one header-name token, claim keys one or more non-empty names. Host
    matches and header names are lower-cased on reading (their comparison is case-insensitive).
 4. Addresses and ports as the node proxy's policies (:class:`~ambit.xds.authorization.PolicyReader`).
+5. A path template must be one (``{*}`` or ``{**}``) and valid (:func:`ambit.model.path_templates.template_problem`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from collections.abc import Iterable, Sequence
 from ambit.api import authorization_pb2 as apb
 from ambit.api import waypoint_pb2 as pb
 from ambit.model.field_names import is_token
+from ambit.model.path_templates import is_path_template, template_problem
 from ambit.model.policy import (
     Action,
     Cidr,
@@ -72,6 +74,7 @@ _ADDRESSES = ("source_ips", "not_source_ips", "destination_ips", "not_destinatio
 _PORTS = ("destination_ports", "not_destination_ports")
 _METHODS = ("methods", "not_methods")
 _KEYED = ("request_headers", "request_claims")
+_TEMPLATES = ("path_templates", "not_path_templates")
 
 
 # Encoding.
@@ -96,7 +99,7 @@ def _match(match: Match) -> pb.PolicyMatch:
         )
     for name in _ADDRESSES:
         getattr(out, name).extend(address_to_proto(c) for c in getattr(match, name))
-    for name in (*_PORTS, *_METHODS):
+    for name in (*_PORTS, *_METHODS, *_TEMPLATES):
         getattr(out, name).extend(getattr(match, name))
     for name in _KEYED:
         getattr(out, name).extend(_keyed(k) for k in getattr(match, name))
@@ -181,6 +184,14 @@ def _match_of(read: PolicyReader, field: str, message: pb.PolicyMatch) -> Match:
                 raise read.fail(f"{field}.{name}[{i}]", f"not an HTTP method token: {method!r}")
             methods.append(method)
         values[name] = tuple(methods)
+    for name in _TEMPLATES:
+        templates = []
+        for i, template in enumerate(getattr(message, name)):
+            problem = template_problem(template) if is_path_template(template) else "no {*} or {**}"
+            if problem is not None:
+                raise read.fail(f"{field}.{name}[{i}]", f"not a valid path template ({problem}): {template[:64]!r}")
+            templates.append(template)
+        values[name] = tuple(templates)
     for name in _KEYED:
         values[name] = tuple(
             _keyed_of(read, f"{field}.{name}[{i}]", k, header=name == "request_headers")

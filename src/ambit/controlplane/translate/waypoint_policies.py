@@ -40,10 +40,11 @@ Rules:
    ``destination.ip``, ``destination.port``, ``connection.sni``, ``request.auth.principal``,
    ``request.auth.audiences``, ``request.auth.presenter``, ``request.headers[<name>]`` (name lower-cased),
    ``request.auth.claims[<a>][<b>]...`` (a nested claim path).
-7. Values: strings by :meth:`StringMatch.of_pattern`; service accounts and IPs as the L4 translation reads them.
-   A value that cannot be read (a port that is not 1..65535, an unparsable IP or CIDR, a path template such as
-   ``{*}``), an unknown or malformed ``when`` key, or ``experimental.envoy.filters.*`` is a problem. As istiod treats
-   a value it cannot generate, an ALLOW rule with a problem never matches (it is dropped: narrower), and a DENY,
+7. Values: strings by :meth:`StringMatch.of_pattern`, paths with ``{*}``/``{**}`` as path templates
+   (:mod:`ambit.model.path_templates`); service accounts and IPs as the L4 translation reads them. A value that
+   cannot be read (a port that is not 1..65535, an unparsable IP or CIDR, an invalid path template), an unknown
+   or malformed ``when`` key, or ``experimental.envoy.filters.*`` is a problem. As istiod treats a value it cannot
+   generate, an ALLOW rule with a problem never matches (it is dropped: narrower), and a DENY,
    AUDIT or CUSTOM ignores the unreadable condition (wider). Either way the condition is False, ``Invalid``, naming
    the first problems: the policy is enforced more restrictively than written.
 8. Dry run (``istio.io/dry-run``, Go's ParseBool): the policy is sent with ``dry_run`` set; the waypoint only
@@ -71,6 +72,7 @@ from ambit.controlplane.translate.policies import (
     string_matches,
 )
 from ambit.controlplane.translate.skips import Skipped, skipped
+from ambit.model.path_templates import is_path_template, template_problem
 from ambit.model.policy import Action, Cidr, Clause, KeyedMatch, Match, Policy, Rule, Scope, StringMatch
 
 __all__ = [
@@ -197,14 +199,21 @@ class _Values:
                 self.problem(f"{path}: invalid IP address or CIDR {value!r}")
         return tuple(out)
 
-    def paths(self, values: list[str], path: str) -> tuple[StringMatch, ...]:
-        out = []
+    def paths(self, values: list[str], path: str) -> tuple[tuple[StringMatch, ...], tuple[str, ...]]:
+        """Istio's string forms, and the path templates (:mod:`ambit.model.path_templates`) apart."""
+        out, templates = [], []
         for value in values:
-            if "{" in value or "}" in value:
-                self.problem(f"{path}: path templates are not supported ({value!r})")
+            if is_path_template(value):
+                problem = template_problem(value)
+                if problem is None:
+                    templates.append(value)
+                else:
+                    self.problem(f"{path}: invalid path template {value[:64]!r}: {problem}")
+            elif "{" in value or "}" in value:
+                self.problem(f"{path}: invalid path {value[:64]!r}: contains '{{' or '}}' beyond a path template")
             else:
                 out.append(StringMatch.of_pattern(value))
-        return tuple(out)
+        return tuple(out), tuple(templates)
 
 
 def _hosts(values: list[str]) -> tuple[StringMatch, ...]:
@@ -270,14 +279,18 @@ def _rule(raw: object, path: str, namespace: str, problems: list[str]) -> tuple[
         def ops(name: str, op: Mapping[str, Any] = op, at: str = at) -> list[str]:
             return shapes.strings(op.get(name), f"{at}.{name}")
 
+        paths, path_templates = read.paths(ops("paths"), f"{at}.paths")
+        not_paths, not_path_templates = read.paths(ops("notPaths"), f"{at}.notPaths")
         to_matches.append(
             Match(
                 hosts=_hosts(ops("hosts")),
                 not_hosts=_hosts(ops("notHosts")),
                 methods=tuple(ops("methods")),
                 not_methods=tuple(ops("notMethods")),
-                paths=read.paths(ops("paths"), f"{at}.paths"),
-                not_paths=read.paths(ops("notPaths"), f"{at}.notPaths"),
+                paths=paths,
+                not_paths=not_paths,
+                path_templates=path_templates,
+                not_path_templates=not_path_templates,
                 destination_ports=read.ports(ops("ports"), f"{at}.ports"),
                 not_destination_ports=read.ports(ops("notPorts"), f"{at}.notPorts"),
             )

@@ -10,7 +10,9 @@ Istio) and checked top down:
 - ``selector`` versus ``targetRef(s)``: :mod:`ambit.controlplane.webhook.attachment`.
 - Each rule's ``from[].source`` and ``to[].operation`` must be present and set at least one field; every listed
   value is a non-empty string; IP blocks are addresses or CIDR prefixes; ports are decimal strings 1-65535;
-  ``serviceAccounts`` excludes ``principals`` and ``namespaces`` and is ``name`` or ``namespace/name``.
+  ``serviceAccounts`` excludes ``principals`` and ``namespaces`` and is ``name`` or ``namespace/name``; a
+  ``paths``/``notPaths`` entry passes istiod's path template check
+  (:func:`ambit.model.path_templates.admission_problem`).
 - Each ``when[]`` has a known attribute ``key`` and at least one of ``values`` or ``notValues``; values of the IP
   and port attributes are checked like the source and operation fields.
 - The ``istio.io/dry-run`` annotation, when present, is ``"true"`` or ``"false"``.
@@ -23,6 +25,7 @@ from typing import Any
 
 from ambit.controlplane.webhook.attachment import check_attachment
 from ambit.controlplane.webhook.fields import Fields, is_ip_or_cidr, port_number
+from ambit.model.path_templates import admission_problem
 
 ACTIONS = ("ALLOW", "DENY", "AUDIT", "CUSTOM")
 _SPEC = ("selector", "targetRef", "targetRefs", "rules", "action", "provider")
@@ -115,8 +118,12 @@ def _check_source(f: Fields, source: dict[str, Any], path: str) -> None:
 
 
 def _check_operation(f: Fields, operation: dict[str, Any], path: str) -> None:
-    for name in ("hosts", "notHosts", "methods", "notMethods", "paths", "notPaths"):
+    for name in ("hosts", "notHosts", "methods", "notMethods"):
         f.strings(f.get(operation, name), f"{path}.{name}")
+    for name in ("paths", "notPaths"):
+        for item_path, text in f.strings(f.get(operation, name), f"{path}.{name}"):
+            if (problem := admission_problem(text)) is not None:
+                f.error(item_path, f"invalid or unsupported path {text[:64]!r}: {problem}")
     for name in ("ports", "notPorts"):
         for i, item in enumerate(f.sequence(f.get(operation, name), f"{path}.{name}")):
             item_path = f"{path}.{name}[{i}]"
