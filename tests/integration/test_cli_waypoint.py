@@ -284,3 +284,34 @@ async def test_group_flags_and_istioctl_bool_spellings(kube: KubeClient, namespa
     assert "invalid argument 'soon' for '--wait' flag: expected true or false" in refused.output
     stray = await cli("-n", namespace, "apply", "extra")
     assert stray.exit_code == 2 and "unexpected extra argument" in stray.output
+
+
+async def test_generate_prints_what_apply_creates_and_changes_nothing(
+    kube: KubeClient, namespace: str, cli: Any
+) -> None:
+    result = await cli("generate", "-n", namespace, "--for", "service", "-r", "canary")
+    assert result.exit_code == 0, result.output
+    assert result.output == (
+        "apiVersion: gateway.networking.k8s.io/v1\n"
+        "kind: Gateway\n"
+        "metadata:\n"
+        "  labels:\n"
+        "    istio.io/rev: canary\n"
+        "    istio.io/waypoint-for: service\n"
+        "  name: waypoint\n"
+        f"  namespace: {namespace}\n"
+        "spec:\n"
+        "  gatewayClassName: istio-waypoint\n"
+        "  listeners:\n"
+        "  - name: mesh\n"
+        "    port: 15008\n"
+        "    protocol: HBONE\n"
+    )
+    with pytest.raises(KubeNotFoundError):
+        await kube.get(kinds.GATEWAYS, "waypoint", namespace)
+    plain = await cli("generate", "-n", namespace, "--name", "wp")
+    assert plain.exit_code == 0 and "labels" not in plain.output, "no --for: istiod picks the class default"
+    bad = await cli("generate", "-n", namespace, "--for", "everything")
+    assert bad.exit_code == 1 and "invalid traffic type: everything" in bad.output
+    bad_name = await cli("generate", "-n", namespace, "--name", "Not_A_Name")
+    assert bad_name.exit_code == 1

@@ -329,6 +329,48 @@ def apply_command(
     _run("apply", work)
 
 
+def _current_namespace(kubeconfig: Path | None) -> str:
+    """The namespace of the kubeconfig's current context (istioctl's NamespaceOrDefault); ``default`` without one."""
+    from ambit.k8s import KubeClientError, connection
+
+    try:
+        loaded = connection.load_kubeconfig(kubeconfig) if kubeconfig else connection.load_from_env()
+    except KubeClientError:
+        return "default"
+    return loaded.namespace or "default"
+
+
+@waypoint_app.command("generate")
+def generate_command(
+    ctx: typer.Context,
+    namespace: NamespaceOption = None,
+    name: Annotated[str | None, typer.Option("--name", help="The waypoint's name (default: waypoint).")] = None,
+    traffic_type: Annotated[
+        str | None, typer.Option("--for", help="The traffic type: all, none, service or workload.")
+    ] = None,
+    revision: Annotated[str | None, typer.Option("--revision", "-r", help="The revision to label it with.")] = None,
+    kubeconfig: KubeconfigOption = None,
+) -> None:
+    """Print the waypoint ``apply`` would create, as YAML (istioctl waypoint generate); nothing is changed."""
+    group = _group_flags(ctx)
+    if traffic_type is not None and traffic_type not in TRAFFIC_TYPES:
+        typer.echo(
+            f"ambit waypoint generate: invalid traffic type: {traffic_type}. "
+            f"Valid options are: [{' '.join(TRAFFIC_TYPES)}]",
+            err=True,
+        )
+        raise typer.Exit(1)
+    try:
+        waypoint = _check_name((name if name is not None else group.name) or "")
+        ns = _check_namespace(namespace or group.namespace or _current_namespace(kubeconfig))
+    except WaypointCommandError as exc:
+        typer.echo(f"ambit waypoint generate: {exc}", err=True)
+        raise typer.Exit(1) from None
+    import yaml
+
+    typer.echo(yaml.safe_dump(make_gateway(waypoint, ns, traffic_type, revision), sort_keys=True), nl=False)
+
+
 async def _waypoints(client: Any, namespace: str | None) -> list[Obj]:
     """The waypoint Gateways of ``namespace`` (None: all), ordered by namespace then name."""
     from ambit.k8s import kinds
