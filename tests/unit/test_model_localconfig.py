@@ -23,6 +23,7 @@ from ambit.model.policy import (
     StringMatch,
     StringMatchKind,
 )
+from ambit.model.routing_preference import MAX_ROUTING_SCOPES
 from ambit.model.workload import (
     AppProtocol,
     HealthPolicy,
@@ -33,6 +34,7 @@ from ambit.model.workload import (
     NetworkAddress,
     NetworkMode,
     PortMapping,
+    RoutingScope,
     Service,
     TunnelProtocol,
     Workload,
@@ -289,6 +291,18 @@ def test_json_style_string_port_keys_are_accepted() -> None:
             r"^services\[0\]\.subjectAltNames: expected a list",
         ),
         (
+            "services:\n- {name: s, namespace: a, hostname: h, routingPreferences: [Zone, Rack]}\n",
+            r"^services\[0\]\.routingPreferences\[1\]: expected one of Region, Zone, Subzone, Node, Cluster, Network",
+        ),
+        (
+            "services:\n- {name: s, namespace: a, hostname: h, routingPreferences: Zone}\n",
+            r"^services\[0\]\.routingPreferences: expected a list",
+        ),
+        (
+            "services:\n- {name: s, namespace: a, hostname: h, routingPreferences: [" + "Zone, " * 7 + "Zone]}\n",
+            r"^services\[0\]\.routingPreferences: 8 scopes, more than 6",
+        ),
+        (
             "services:\n- {name: s, namespace: a, hostname: h}\n- {name: t, namespace: a, hostname: h}\n",
             r"^services\[1\]: duplicate service namespace/hostname 'a/h' \(first at services\[0\]\)",
         ),
@@ -465,6 +479,7 @@ _services = st.builds(
     canonical=st.booleans(),
     ip_families=st.sampled_from(IPFamilies),
     load_balancing_mode=st.sampled_from(LoadBalancingMode),
+    routing_preference=st.lists(st.sampled_from(RoutingScope), max_size=MAX_ROUTING_SCOPES).map(tuple),
 )
 _string_matches = st.one_of(
     st.just(StringMatch.presence()),
@@ -610,3 +625,16 @@ def test_bad_new_workload_fields_are_rejected_naming_the_field(fragment: str, me
     document = {"workloads": [{"uid": "u", "name": "n", "namespace": "ns", **yaml.safe_load(fragment)}]}
     with pytest.raises(LocalConfigError, match=message):
         parse_local_config(yaml.safe_dump(document))
+
+
+def test_a_routing_preference_is_written_in_ztunnels_spelling_only_when_set() -> None:
+    text = (
+        "services:\n- {name: s, namespace: a, hostname: h, loadBalancingMode: Failover,"
+        " routingPreferences: [Network, Region, Zone]}\n"
+    )
+    (service,) = parse_local_config(text).services
+    assert service.routing_preference == (RoutingScope.NETWORK, RoutingScope.REGION, RoutingScope.ZONE)
+    assert service.load_balancing_mode is LoadBalancingMode.FAILOVER
+    assert "routingPreferences:\n  - Network\n  - Region\n  - Zone" in render_local_config(LocalConfig((), (service,)))
+    plain = Service(name="s", namespace="a", hostname="h")
+    assert "routingPreferences" not in render_local_config(LocalConfig((), (plain,)))

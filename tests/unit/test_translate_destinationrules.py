@@ -648,3 +648,15 @@ def test_arbitrary_rule_content_is_translated_or_skipped_never_raised(spec: Any)
     if parsed is not None:
         index = DestinationRuleIndex([parsed], root_namespace=ROOT)
         index.find("app", service())
+
+
+def test_a_locality_lb_setting_is_noted_as_not_honoured_and_the_rest_of_the_rule_kept() -> None:
+    balancer = {"simple": "ROUND_ROBIN", "localityLbSetting": {"enabled": False, "failoverPriority": ["x"]}}
+    parsed, skips = parse(rule({"host": "web", "trafficPolicy": {"loadBalancer": balancer}}))
+    assert parsed is not None
+    assert [(s.field, s.reason) for s in skips] == [
+        (
+            "spec.trafficPolicy.loadBalancer.localityLbSetting",
+            "not honoured at a waypoint: the Service's traffic distribution, if any, applies instead",
+        )
+    ]

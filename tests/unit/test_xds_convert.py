@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from ambit.api import workload_pb2 as pb
 from ambit.controlplane.addresses import addresses, content_version
 from ambit.model.localconfig import LocalConfig
+from ambit.model.routing_preference import MAX_ROUTING_SCOPES
 from ambit.model.workload import (
     AppProtocol,
     HealthPolicy,
@@ -23,6 +24,7 @@ from ambit.model.workload import (
     NetworkAddress,
     NetworkMode,
     PortMapping,
+    RoutingScope,
     Service,
     TunnelProtocol,
     Workload,
@@ -286,6 +288,45 @@ def test_a_passthrough_service_goes_on_the_wire_as_istiod_writes_it_and_an_unkno
     assert not address_of(plain).service.HasField("load_balancing")
     message.service.load_balancing.mode = 9
     with pytest.raises(XdsConversionError, match=r"service\.load_balancing\.mode: unsupported value 9"):
+        address_from_proto(message)
+
+
+PREFER_CLOSE_SVC = Service(
+    name="web",
+    namespace="shop",
+    hostname="web.shop.svc.cluster.local",
+    load_balancing_mode=LoadBalancingMode.FAILOVER,
+    routing_preference=(RoutingScope.NETWORK, RoutingScope.REGION, RoutingScope.ZONE),
+)
+
+
+def test_a_routing_preference_goes_on_the_wire_as_istiod_writes_it_and_survives_a_round_trip() -> None:
+    lb = address_of(PREFER_CLOSE_SVC).service.load_balancing
+    assert list(lb.routing_preference) == [pb.LoadBalancing.NETWORK, pb.LoadBalancing.REGION, pb.LoadBalancing.ZONE]
+    assert (lb.mode, lb.health_policy) == (pb.LoadBalancing.FAILOVER, pb.LoadBalancing.ONLY_HEALTHY)
+    assert _round_trip(PREFER_CLOSE_SVC) == PREFER_CLOSE_SVC
+    every = dataclasses.replace(PREFER_CLOSE_SVC, routing_preference=tuple(RoutingScope))
+    assert _round_trip(every) == every
+    # A preference alone (UNSPECIFIED mode, where it is not weighed) is still sent, as it is.
+    alone = dataclasses.replace(PREFER_CLOSE_SVC, load_balancing_mode=LoadBalancingMode.UNSPECIFIED)
+    assert address_of(alone).service.HasField("load_balancing")
+    assert _round_trip(alone) == alone
+
+
+@pytest.mark.parametrize("scope", [0, 7, 99])
+def test_an_unspecified_or_unknown_routing_scope_is_refused(scope: int) -> None:
+    message = address_of(PREFER_CLOSE_SVC)
+    message.service.load_balancing.routing_preference.append(scope)  # type: ignore[arg-type]
+    with pytest.raises(
+        XdsConversionError, match=rf"service\.load_balancing\.routing_preference\[3\]: unsupported value {scope}"
+    ):
+        address_from_proto(message)
+
+
+def test_a_routing_preference_longer_than_one_of_each_scope_is_refused() -> None:
+    message = address_of(PREFER_CLOSE_SVC)
+    message.service.load_balancing.routing_preference.extend([pb.LoadBalancing.ZONE] * MAX_ROUTING_SCOPES)
+    with pytest.raises(XdsConversionError, match=r"routing_preference: 9 scopes, more than 6"):
         address_from_proto(message)
 
 

@@ -37,6 +37,9 @@ Rules:
     ``Unspecified``.
 13. A workload's ``applicationTunnel`` (written only when set) is ``{protocol: NONE|PROXY, port: N}``, ``port``
     0..65535 (0, the default, keeps the client's port).
+14. A service's ``routingPreferences`` (ztunnel's key and spellings, written only when set) is a list of
+    ``Region``, ``Zone``, ``Subzone``, ``Node``, ``Cluster``, ``Network``, most significant first, at most
+    :data:`~ambit.model.routing_preference.MAX_ROUTING_SCOPES` of them.
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ from ambit.model.policy import (
     StringMatch,
     StringMatchKind,
 )
+from ambit.model.routing_preference import MAX_ROUTING_SCOPES
 from ambit.model.workload import (
     HBONE_MTLS_PORT,
     ApplicationTunnel,
@@ -82,6 +86,7 @@ from ambit.model.workload import (
     NetworkAddress,
     NetworkMode,
     PortMapping,
+    RoutingScope,
     Service,
     TunnelProtocol,
     Visibility,
@@ -139,6 +144,7 @@ _SERVICE_KEYS = (
     "visibility",
     "weightedWaypoints",
     "loadBalancingMode",
+    "routingPreferences",
 )
 _WEIGHTED_KEYS = ("destination", "weight")
 _WAYPOINT_KEYS = ("hostname", "namespace", "address", "hboneMtlsPort")
@@ -446,7 +452,17 @@ def _service(value: object, path: str) -> Service:
             _choice({m.value: m for m in LoadBalancingMode}),
             LoadBalancingMode.UNSPECIFIED,
         ),
+        routing_preference=_field(item, "routingPreferences", path, _routing_preference, ()),
     )
+
+
+def _routing_preference(value: object, path: str) -> tuple[RoutingScope, ...]:
+    """Rule 14."""
+    items = _list(value, path)
+    if len(items) > MAX_ROUTING_SCOPES:
+        raise LocalConfigError(f"{path}: {len(items)} scopes, more than {MAX_ROUTING_SCOPES}")
+    scope = _choice({s.value: s for s in RoutingScope})
+    return tuple(scope(item, f"{path}[{index}]") for index, item in enumerate(items))
 
 
 def _string_match(value: object, path: str) -> StringMatch:
@@ -657,6 +673,8 @@ def service_to_dict(service: Service) -> dict[str, Any]:
         ]
     if service.load_balancing_mode is not LoadBalancingMode.UNSPECIFIED:
         out["loadBalancingMode"] = service.load_balancing_mode.value
+    if service.routing_preference:
+        out["routingPreferences"] = [scope.value for scope in service.routing_preference]
     return out
 
 

@@ -47,6 +47,14 @@ Visibility and hostname endpoints (spec §4.1 ``Service.visibility``, ``Workload
 11. A VIP with a prefix length (a ServiceEntry's CIDR range) makes every address in the range the service's: a
     VIP lookup that finds no service at the address itself takes a range holding it, ranked as ztunnel ranks
     them: the client's namespace first, then the longest prefix, then canonical (rule 9 applies; ties: the latest).
+
+Routing preference (spec §4.1 ``LoadBalancing``; ztunnel's ``load_balance``):
+
+12. Given the client workload, a service's eligible endpoints (and a waypoint Service's eligible instances) are
+    narrowed to the closest to it by the service's routing preference (:mod:`ambit.model.routing_preference`)
+    before ``choose`` sees them; STRICT with none close is no healthy upstream (no instance, for a waypoint).
+    Without a client the preference is not weighed. The outbound narrowing is kept per service and client view
+    until the state changes (at most :data:`CLOSEST_CACHED` of them), so a connection costs a dictionary lookup.
 """
 
 from __future__ import annotations
@@ -60,6 +68,7 @@ from typing import Any, TypeVar
 from ambit.model.errors import IdentityError, NoHealthyUpstreamError, UnknownWaypointError
 from ambit.model.identity import SpiffeId
 from ambit.model.localconfig import service_to_dict, workload_to_dict
+from ambit.model.routing_preference import ClientView, client_view, closest, weighs_preference
 from ambit.model.workload import (
     GatewayAddress,
     HealthPolicy,
@@ -74,6 +83,7 @@ from ambit.model.workload import (
 )
 
 __all__ = [
+    "CLOSEST_CACHED",
     "Destination",
     "NoHealthyUpstreamError",
     "Transport",
@@ -81,6 +91,10 @@ __all__ = [
     "WorkloadState",
     "choose_by_capacity",
 ]
+
+
+CLOSEST_CACHED = 4096
+"""Narrowed endpoint lists kept (rule 12): one per service and client view in use; all are dropped when full."""
 
 
 class Transport(enum.Enum):
@@ -208,6 +222,8 @@ class WorkloadState:
         "_by_range",
         "_by_service",
         "_by_vip",
+        "_closest",
+        "_closest_generation",
         "_generation",
         "_range_lengths",
         "_services",
@@ -227,6 +243,9 @@ class WorkloadState:
         # (generation, network and IP version -> prefix lengths present, longest first): rebuilt after a change.
         self._range_lengths: tuple[int, dict[tuple[str, int], list[int]]] = (-1, {})
         self._by_hostname: dict[str, dict[str, None]] = {}
+        # Rule 12: (service key, client view) -> the eligible endpoints closest to such a client, for one generation.
+        self._closest: dict[tuple[str, ClientView], tuple[Workload, ...]] = {}
+        self._closest_generation = -1
 
     @property
     def generation(self) -> int:
@@ -376,6 +395,7 @@ class WorkloadState:
         port: int,
         choose: Callable[[Sequence[Workload]], Workload],
         client_namespace: str | None = None,
+        client: Workload | None = None,
     ) -> Destination:
         """Where a connection to ``ip:port`` (in ``network``) goes (spec §6.3, steps 3, 4 and 7).
 
@@ -383,13 +403,12 @@ class WorkloadState:
         allows all; with an address or a hostname, rule 10); without one, a PASSTHROUGH service's VIP is passthrough
         to ``ip:port`` (with the service), any other raises :class:`NoHealthyUpstreamError`. A workload
         address goes to that workload, whatever its health. Anything else is passthrough. With
-        ``client_namespace``, services not visible to that namespace are not seen (rule 9).
+        ``client_namespace``, services not visible to that namespace are not seen (rule 9); with ``client`` (the
+        connecting workload), the service's routing preference narrows the endpoints (rule 12).
         """
         service = self.find_service_by_vip(network, ip, client_namespace)
         if service is not None:
-            candidates = [
-                workload for workload in self.find_endpoints(service) if _eligible(workload, service, hostname=True)
-            ]
+            candidates = self._service_candidates(service, client)
             if not candidates and service.passthrough:
                 # ztunnel's rule for a PASSTHROUGH service (a ``resolution: NONE`` ServiceEntry): no endpoint, so
                 # the connection goes where it was sent.
@@ -408,6 +427,22 @@ class WorkloadState:
         if workload is not None:
             return Destination(ip=ip, port=port, transport=_transport_of(workload), workload=workload, service=None)
         return Destination(ip=ip, port=port, transport=Transport.PASSTHROUGH, workload=None, service=None)
+
+    def _service_candidates(self, service: Service, client: Workload | None) -> Sequence[Workload]:
+        """The endpoints of ``service`` a connection from ``client`` may go to (rules 6, 10 and 12)."""
+        if client is None or not weighs_preference(service):
+            return [w for w in self.find_endpoints(service) if _eligible(w, service, hostname=True)]
+        if self._closest_generation != self._generation:
+            self._closest.clear()
+            self._closest_generation = self._generation
+        key = (service.key, client_view(service, client))
+        found = self._closest.get(key)
+        if found is None:
+            if len(self._closest) >= CLOSEST_CACHED:
+                self._closest.clear()
+            eligible = [w for w in self.find_endpoints(service) if _eligible(w, service, hostname=True)]
+            found = self._closest[key] = tuple(closest(service, key[1], eligible))
+        return found
 
     def find_gateway(self, gateway: GatewayAddress) -> Workload | Service | None:
         """What a waypoint's address names (rule 5): a Service, a workload, or nothing known."""
@@ -433,8 +468,10 @@ class WorkloadState:
         network: str,
         like: IPAddress,
         choose: Callable[[Sequence[Workload]], Workload],
+        client: Workload | None = None,
     ) -> Destination:
-        """The waypoint instance a connection to ``like`` (the original destination IP) is sent to (rules 5-8).
+        """The waypoint instance a connection to ``like`` (the original destination IP) is sent to (rules 5-8),
+        the closest to ``client`` by the waypoint Service's routing preference (rule 12).
 
         The result's ``ip`` and ``port`` are the instance's HBONE listener, its ``workload`` the instance, its
         ``service`` the waypoint's own Service (None when the address names a workload). Raises
@@ -464,6 +501,10 @@ class WorkloadState:
             raise UnknownWaypointError(
                 f"waypoint {gateway} has no healthy instance with port {hbone_port} on network {network!r}"
             )
+        if client is not None and weighs_preference(service):
+            candidates = closest(service, client_view(service, client), candidates)
+            if not candidates:
+                raise UnknownWaypointError(f"waypoint {gateway} has no instance its routing preference allows")
         chosen = choose(candidates)
         if isinstance(gateway.destination, NetworkAddress):
             like = gateway.destination.ip  # named by its VIP: that VIP's family, as ztunnel does

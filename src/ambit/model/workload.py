@@ -46,6 +46,7 @@ __all__ = [
     "NetworkAddress",
     "NetworkMode",
     "PortMapping",
+    "RoutingScope",
     "Service",
     "TunnelProtocol",
     "Visibility",
@@ -116,13 +117,27 @@ class HealthPolicy(enum.Enum):
 
 class LoadBalancingMode(enum.Enum):
     """How a service's endpoints are chosen (``LoadBalancing.mode``). PASSTHROUGH: a connection to a VIP of the
-    service that finds no endpoint goes to the address it was sent to (a ``resolution: NONE`` ServiceEntry); the
-    others only matter with routing preferences, which Ambit does not send."""
+    service that finds no endpoint goes to the address it was sent to (a ``resolution: NONE`` ServiceEntry).
+    STRICT and FAILOVER weigh the service's routing preference (:class:`RoutingScope`,
+    :mod:`ambit.model.routing_preference`): STRICT picks only endpoints sharing every scope with the client,
+    FAILOVER the closest there are; UNSPECIFIED ignores the preference."""
 
     UNSPECIFIED = "Unspecified"
     STRICT = "Strict"
     FAILOVER = "Failover"
     PASSTHROUGH = "Passthrough"
+
+
+class RoutingScope(enum.Enum):
+    """One scope of a service's routing preference (``LoadBalancing.Scope``): what a client and an endpoint must
+    share for the endpoint to count as close. Values are ztunnel's local config spellings."""
+
+    REGION = "Region"
+    ZONE = "Zone"
+    SUBZONE = "Subzone"
+    NODE = "Node"
+    CLUSTER = "Cluster"
+    NETWORK = "Network"
 
 
 def parse_ip(text: str) -> IPAddress:
@@ -375,6 +390,9 @@ class Service:
     chosen); ``waypoint`` stays the primary, which takes everything when none of these can be used."""
     load_balancing_mode: LoadBalancingMode = LoadBalancingMode.UNSPECIFIED
     """``PASSTHROUGH``: without an endpoint, a connection goes to its original destination (ztunnel's rule)."""
+    routing_preference: tuple[RoutingScope, ...] = ()
+    """The scopes a client prefers its endpoint to share, most significant first (``LoadBalancing.
+    routing_preference``); weighed only in STRICT and FAILOVER mode."""
 
     @property
     def passthrough(self) -> bool:

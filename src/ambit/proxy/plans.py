@@ -25,7 +25,9 @@ Outbound (15001), :func:`plan_outbound`, in order (ztunnel's ``build_request``):
    (:func:`~ambit.model.waypoint_choice.choose_waypoint`: weight 0 never, a canary the state knows no instance of
    never, the primary when nothing else is left); a picked canary that does not resolve falls back to the primary.
    An instance of any waypoint of the set is exempt as above.
-4. A Service VIP otherwise: one endpoint is chosen by ``choose`` among the eligible ones; none → refused, ``NR``,
+4. A Service VIP otherwise: one endpoint is chosen by ``choose`` among the eligible ones closest to the pod by
+   the Service's routing preference (:mod:`ambit.model.routing_preference`; a waypoint instance likewise, by its
+   Service's); none → refused, ``NR``,
    unless the Service's load balancing mode is PASSTHROUGH (a ``resolution: NONE`` ServiceEntry): then
    :class:`Plain` to the original destination, the address the pod connected to (ztunnel's rule), reported with
    the Service.
@@ -244,7 +246,7 @@ def plan_outbound(
     if service is not None and service.waypoint is not None and not _from_any_waypoint(state, service, source):
         return _through_service_waypoint(facts, state, node, choose, draw, service, service.waypoint)
     try:
-        destination = state.resolve(node.network, facts.dst_ip, facts.dst_port, choose, source.namespace)
+        destination = state.resolve(node.network, facts.dst_ip, facts.dst_port, choose, source.namespace, client=source)
     except NoHealthyUpstreamError as exc:
         return Refuse(503, ResponseFlag.NO_ROUTE, str(exc))
     workload = destination.workload
@@ -278,7 +280,7 @@ def _through_waypoint(
 ) -> Tunnel | Refuse:
     """The tunnel to ``gateway``'s waypoint for the original destination (rules 3 and 5), or its refusal."""
     try:
-        waypoint = state.resolve_waypoint(gateway, node.network, facts.dst_ip, choose)
+        waypoint = state.resolve_waypoint(gateway, node.network, facts.dst_ip, choose, client=facts.source)
     except UnknownWaypointError as exc:
         return Refuse(503, ResponseFlag.NO_ROUTE, str(exc))
     # Reported as the waypoint instance, for the original service (ztunnel's metrics for waypoint traffic).

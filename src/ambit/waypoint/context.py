@@ -92,6 +92,11 @@ class WaypointContext:
     def __post_init__(self) -> None:
         self.labels = LabelsCache(self.metrics)
 
+    def near(self) -> Workload | None:
+        """This proxy's own workload, which endpoints are picked close to (the locality rules of
+        :mod:`~ambit.waypoint.destinations`); None while the state does not know it."""
+        return self.me.own_workload(self.state)
+
 
 @dataclass(frozen=True, slots=True)
 class SelfReport:

@@ -18,6 +18,17 @@ A DestinationRule narrows and shapes that choice (:mod:`ambit.waypoint.traffic_p
 subset's workloads, ``choose`` is the rule's load balancer, and the chosen :class:`Endpoint` carries a
 :class:`Transport` (originated TLS, HTTP/2 upstream, PROXY header) that the upstream shell carries out.
 
+Locality (istiod's ``GetEffectiveLbSetting`` for a Service with a traffic distribution: failover priority over
+network, region, zone (subzone, node), forced): given ``near``, the waypoint's own workload
+(:meth:`WaypointSelf.own_workload`), :func:`pick_endpoint` keeps, of the endpoints left after health, subset,
+ejection and tried ones, those closest to it by the Service's routing preference
+(:mod:`ambit.model.routing_preference`, the node proxy's rules): the ring that shares the most with the waypoint
+takes every request while it has an endpoint, the next one only when it has none. (Envoy's priority levels spill
+part of the load early, in proportion to the unhealthy share of the closer ring; Ambit moves it all at once, as
+ztunnel does.) ``internalTrafficPolicy: Local`` keeps only endpoints on the waypoint's own node, as istiod's
+endpoint builder does for any proxy. Without ``near`` (the waypoint's pod not in the state yet) every endpoint
+counts.
+
 Rules of :func:`plan_tunnel` (Istio's waypoint accepts traffic only for what uses it, spec §1.4):
 
 1. A malformed authority is refused, 400.
@@ -58,6 +69,7 @@ from ambit.hbone.headers import hostport, parse_authority
 from ambit.model.errors import IdentityError
 from ambit.model.identity import SpiffeId
 from ambit.model.routes import BackendService, ClientTls, ProxyProtocolVersion, WeightedBackend
+from ambit.model.routing_preference import client_view, closest, weighs_preference
 from ambit.model.state import WorkloadState
 from ambit.model.waypoint_choice import choose_waypoint
 from ambit.model.workload import (
@@ -95,6 +107,14 @@ class WaypointSelf:
     def hostname(self) -> str:
         """The waypoint's Service hostname, as a ``GatewayAddress`` names it."""
         return f"{self.gateway_name}.{self.namespace}.svc.{self.domain}"
+
+    def own_workload(self, state: WorkloadState) -> Workload | None:
+        """The waypoint's own pod as the state knows it (by its first address the state holds), for locality."""
+        for ip in sorted(self.addresses, key=lambda a: (a.version, a)):
+            workload = state.find_workload_by_address(self.network, ip)
+            if workload is not None:
+                return workload
+        return None
 
     def fronts(self, service: Service, state: WorkloadState) -> bool:
         """Whether this waypoint is the Service's waypoint or one of its weighted set (a canary)."""
@@ -281,8 +301,8 @@ def _target_port(workload: Workload, service: Service, port: int) -> int:
 
 
 EndpointPicker = Callable[..., "Endpoint | None"]
-"""``pick(state, service, port, choose, *, exclude=..., only=...)``: :func:`pick_endpoint`, or an ingress gateway's
-:func:`pick_ingress_endpoint`."""
+"""``pick(state, service, port, choose, *, exclude=..., only=..., near=...)``: :func:`pick_endpoint`, or an ingress
+gateway's :func:`pick_ingress_endpoint`."""
 
 
 def pick_ingress_endpoint(
@@ -294,6 +314,7 @@ def pick_ingress_endpoint(
     exclude: frozenset[str] = frozenset(),
     draw: float = 0.0,
     only: frozenset[str] | None = None,
+    near: Workload | None = None,
 ) -> Endpoint | None:
     """An ingress gateway's choice (spec §1.5): a Service labelled ``istio.io/ingress-use-waypoint`` with a waypoint
     is reached through one of the waypoint's endpoints, the tunnel addressed to the Service's VIP and port (as a
@@ -302,9 +323,9 @@ def pick_ingress_endpoint(
     A Service with weighted waypoints (a canary) picks one per request with ``draw`` in [0, 1)
     (:func:`~ambit.model.waypoint_choice.choose_waypoint`); a canary without endpoints is never picked, and a
     retry (``exclude``) goes to a weighted waypoint with an instance not tried yet, else tries one again: never a
-    weight-0 waypoint."""
+    weight-0 waypoint. ``near`` (the gateway's own workload) picks by locality, the waypoint instance too."""
     if not service.ingress_use_waypoint or service.waypoint is None:
-        return pick_endpoint(state, service, port, choose, exclude=exclude, only=only)
+        return pick_endpoint(state, service, port, choose, exclude=exclude, only=only, near=near)
     vip = next((v.ip for v in service.vips if v.length is None), None)
     if vip is None:
         return None
@@ -319,7 +340,7 @@ def pick_ingress_endpoint(
             waypoint_service = state.find_service_by_vip(destination.network, destination.ip)
         if waypoint_service is None:
             return None
-        hop = pick_endpoint(state, waypoint_service, gateway.hbone_mtls_port, pick, exclude=tried)
+        hop = pick_endpoint(state, waypoint_service, gateway.hbone_mtls_port, pick, exclude=tried, near=near)
         if hop is not None and hop.resolve_hostname:
             return None  # a waypoint instance must have an address: the tunnel goes to it, not to a name
         return hop
@@ -350,11 +371,12 @@ def pick_endpoint(
     *,
     exclude: frozenset[str] = frozenset(),
     only: frozenset[str] | None = None,
+    near: Workload | None = None,
 ) -> Endpoint | None:
     """One endpoint of ``service`` for service port ``port``: healthy (unless the Service allows all), with an
     address or a hostname to resolve (then its ``ip`` is :data:`UNRESOLVED`), not in ``exclude`` (uids already
-    tried), in ``only`` when given (a DestinationRule subset's uids), chosen by ``choose``; None when there is
-    none."""
+    tried), in ``only`` when given (a DestinationRule subset's uids), of those the closest to ``near`` when given
+    (the module's locality rules), chosen by ``choose``; None when there is none."""
     allow_all = service.health_policy is HealthPolicy.ALLOW_ALL
     candidates = [
         workload
@@ -364,6 +386,8 @@ def pick_endpoint(
         and (only is None or workload.uid in only)
         and (allow_all or workload.status is HealthStatus.HEALTHY)
     ]
+    if near is not None and weighs_preference(service):
+        candidates = closest(service, client_view(service, near), candidates)
     if not candidates:
         return None
     chosen = choose(candidates)

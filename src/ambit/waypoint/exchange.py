@@ -294,9 +294,11 @@ async def serve_request(
         elif service is not None:
             ejected = _ejected(ctx, backend)
             if ejected:
-                endpoint = ctx.pick(ctx.state, service, port, choose, only=backend.members, exclude=ejected)
+                endpoint = ctx.pick(
+                    ctx.state, service, port, choose, only=backend.members, exclude=ejected, near=ctx.near()
+                )
             if endpoint is None:  # none ejected, or every one (Envoy's panic threshold: pick among all)
-                endpoint = ctx.pick(ctx.state, service, port, choose, only=backend.members)
+                endpoint = ctx.pick(ctx.state, service, port, choose, only=backend.members, near=ctx.near())
             if endpoint is None and service.key == target.service.key and port == target.port:
                 endpoint = original_destination(target)  # a PASSTHROUGH Service: where the client sent it
             endpoint = in_dialled_family(endpoint, target)

@@ -336,8 +336,9 @@ class _Exchange:
         if attempt > 1 and service is not None:
             state, choose, only = self.ctx.state, self.plan.choose or self.ctx.choose, self.plan.members
             pick = self.ctx.pick
-            fresh = pick(state, service, self.plan.port, choose, exclude=frozenset(self.tried), only=only)
-            endpoint = fresh or pick(state, service, self.plan.port, choose, only=only) or endpoint
+            near = self.ctx.near()
+            fresh = pick(state, service, self.plan.port, choose, exclude=frozenset(self.tried), only=only, near=near)
+            endpoint = fresh or pick(state, service, self.plan.port, choose, only=only, near=near) or endpoint
             if endpoint.resolve_hostname and self.first.resolve_hostname:  # the first try's family
                 endpoint = dataclasses.replace(endpoint, ip=self.first.ip)
             if endpoint.transport != self.plan.transport:

@@ -202,10 +202,11 @@ class IngressGateway(Waypoint):
         *,
         exclude: frozenset[str] = frozenset(),
         only: frozenset[str] | None = None,
+        near: Workload | None = None,
     ) -> Endpoint | None:
         """:func:`pick_ingress_endpoint` with a fresh draw per request (a canary waypoint's share)."""
         return pick_ingress_endpoint(
-            state, service, port, choose, exclude=exclude, draw=self.context.random(), only=only
+            state, service, port, choose, exclude=exclude, draw=self.context.random(), only=only, near=near
         )
 
     def _subscriptions(self) -> tuple[Subscription, ...]:

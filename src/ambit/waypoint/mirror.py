@@ -188,7 +188,11 @@ async def _mirror(
     if isinstance(planned, Refusal):
         log.debug("mirror to %s: %s", backend.service_key, planned.reason)
         return
-    endpoint = pick_endpoint(ctx.state, service, backend.port, ctx.choose, only=planned.members) if service else None
+    endpoint = (
+        pick_endpoint(ctx.state, service, backend.port, ctx.choose, only=planned.members, near=ctx.near())
+        if service
+        else None
+    )
     if endpoint is not None and planned.transport != PLAIN:  # a DestinationRule's TLS or PROXY header (HTTP/1.1)
         endpoint = dataclasses.replace(endpoint, transport=dataclasses.replace(planned.transport, h2=False))
     if isinstance(tunnel.target, ServiceTarget):  # a hostname endpoint: in the family the client dialled

@@ -162,12 +162,12 @@ def pick_connection_endpoint(
     if isinstance(planned, Refusal):
         return planned
     if planned is DEFAULT_BACKEND:
-        return ctx.pick(ctx.state, service, backend.port, ctx.choose), None
+        return ctx.pick(ctx.state, service, backend.port, ctx.choose, near=ctx.near()), None
     source_ip = peer_addr.rpartition(":")[0].strip("[]")
     choose = ctx.balancer.chooser(
         planned.policy.load_balancer, planned.balance_key, ctx.choose, ctx.random, source_ip=source_ip
     )
-    endpoint = ctx.pick(ctx.state, service, backend.port, choose, only=planned.members)
+    endpoint = ctx.pick(ctx.state, service, backend.port, choose, only=planned.members, near=ctx.near())
     if endpoint is None or planned.transport == PLAIN:
         return endpoint, planned
     return dataclasses.replace(endpoint, transport=dataclasses.replace(planned.transport, h2=False)), planned

@@ -34,8 +34,11 @@ Rules:
    entries are refused (istiod sends two: the primary and the canary).
 10. ``Workload.capacity`` (field 27, a ``UInt32Value``) is sent only when it is not 1 (istiod sends it for a
     ``weight``); an absent one is 1, as in ztunnel.
-11. ``Service.load_balancing`` (field 8) is sent when its ``health_policy`` or ``mode`` is not the default; the
-    ``mode`` (field 2) is kept, an unknown one refused (a newer mode must not be read as another).
+11. ``Service.load_balancing`` (field 8) is sent when its ``health_policy``, ``mode`` or ``routing_preference`` is
+    not the default; the ``mode`` (field 2) is kept, an unknown one refused (a newer mode must not be read as
+    another). Each ``routing_preference`` scope (field 1) is kept in order; an unknown or UNSPECIFIED one is refused
+    (ztunnel refuses the service: a newer scope must not be read as another), as are more than
+    :data:`MAX_ROUTING_SCOPES` (istiod sends at most five).
 12. ``Workload.application_tunnel`` (field 23; ``protocol`` 1, ``port`` 2) is sent when set: an unknown protocol
     is refused (a newer tunnel must not be read as plain delivery), a port above 65535 too; port 0 means the
     client's port, as in ztunnel.
@@ -60,6 +63,7 @@ from ambit.model.identity import (
     check_path_segment,
     check_trust_domain,
 )
+from ambit.model.routing_preference import MAX_ROUTING_SCOPES
 from ambit.model.workload import (
     ApplicationTunnel,
     AppProtocol,
@@ -75,6 +79,7 @@ from ambit.model.workload import (
     NetworkAddress,
     NetworkMode,
     PortMapping,
+    RoutingScope,
     Service,
     TunnelProtocol,
     Visibility,
@@ -86,6 +91,7 @@ from ambit.xds.session import XdsResource
 
 __all__ = [
     "ADDRESS_TYPE_URL",
+    "MAX_ROUTING_SCOPES",
     "MAX_WEIGHTED_WAYPOINTS",
     "EncodedAddress",
     "FieldReader",
@@ -122,6 +128,8 @@ _LB_MODES: dict[LoadBalancingMode, Any] = {
     for mode in LoadBalancingMode
 }
 _LB_MODE_NAMES = {value: key for key, value in _LB_MODES.items()}
+_SCOPES: dict[RoutingScope, Any] = {scope: pb.LoadBalancing.Scope.Value(scope.name) for scope in RoutingScope}
+_SCOPE_NAMES = {value: key for key, value in _SCOPES.items()}
 _NETWORK_MODES = {NetworkMode.STANDARD: pb.STANDARD, NetworkMode.HOST_NETWORK: pb.HOST_NETWORK}
 _NETWORK_MODE_NAMES = {value: key for key, value in _NETWORK_MODES.items()}
 _IP_FAMILIES = {
@@ -210,10 +218,13 @@ def service_to_proto(service: Service) -> pb.Service:
         subject_alt_names=list(service.subject_alt_names),
         load_balancing=(
             pb.LoadBalancing(
-                health_policy=_POLICIES[service.health_policy], mode=_LB_MODES[service.load_balancing_mode]
+                health_policy=_POLICIES[service.health_policy],
+                mode=_LB_MODES[service.load_balancing_mode],
+                routing_preference=[_SCOPES[scope] for scope in service.routing_preference],
             )
             if service.health_policy is not HealthPolicy.ONLY_HEALTHY
             or service.load_balancing_mode is not LoadBalancingMode.UNSPECIFIED
+            or service.routing_preference
             else None
         ),
         canonical=service.canonical,
@@ -441,12 +452,22 @@ def _service_from_proto(message: pb.Service, read: FieldReader) -> Service:
             "service.load_balancing.health_policy", message.load_balancing.health_policy, _POLICY_NAMES
         ),
         load_balancing_mode=read.enum("service.load_balancing.mode", message.load_balancing.mode, _LB_MODE_NAMES),
+        routing_preference=_routing_preference(message.load_balancing, read),
         canonical=message.canonical,
         ip_families=read.enum("service.ip_families", message.ip_families, _IP_FAMILY_NAMES),
         waypoint=read.gateway_address("service.waypoint", message.waypoint) if message.HasField("waypoint") else None,
         ingress_use_waypoint=message.ingress_use_waypoint,
         visibility=read.enum("service.visibility", message.visibility, _VISIBILITY_NAMES),
         weighted_waypoints=_weighted_waypoints(message, read),
+    )
+
+
+def _routing_preference(message: pb.LoadBalancing, read: FieldReader) -> tuple[RoutingScope, ...]:
+    field = "service.load_balancing.routing_preference"
+    if len(message.routing_preference) > MAX_ROUTING_SCOPES:
+        raise read.fail(field, f"{len(message.routing_preference)} scopes, more than {MAX_ROUTING_SCOPES}")
+    return tuple(
+        read.enum(f"{field}[{index}]", scope, _SCOPE_NAMES) for index, scope in enumerate(message.routing_preference)
     )
 
 

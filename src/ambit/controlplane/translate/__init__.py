@@ -107,17 +107,18 @@ class TranslationMemo:
     change re-translates that pod only.
 
     Rules: a Service's entry is keyed by (uid, resourceVersion, domain, network, the mesh config's
-    ``defaultServiceExportTo``), all its translation reads. The pods' entries
-    (:class:`~ambit.controlplane.translate.pod_workloads.PodWorkloads`) hold each pod's finished workload (services
-    map, policy keys and waypoint included), its labels and its skips, by pod key; they are reused only while the
-    ``context`` (everything else a pod's workload is made from: the service index, the network, the nodes'
-    localities, the policy selections and PeerAuthentications, the waypoints, the cluster and trust domain) is equal,
-    by value, to this call's; otherwise every pod is translated again. A pod without a uid or resourceVersion is
-    translated on every call that walks all pods. When the caller names what changed (``changed``), only the changed
-    pods are looked at. After each call the memo holds exactly that call's pods. ``mesh`` keeps the last good mesh
-    config (:class:`~ambit.controlplane.translate.meshconfig.MeshConfigMemo`). ``stages`` keeps each stage's last
-    value (:mod:`~ambit.controlplane.translate.stage_memo`): a call told what changed takes the value of each stage
-    whose kinds did not change as it is, so the pods' context then holds the same objects and compares by identity.
+    ``defaultServiceExportTo``, its namespace's traffic distribution annotation), all its translation reads. The
+    pods' entries (:class:`~ambit.controlplane.translate.pod_workloads.PodWorkloads`) hold each pod's finished
+    workload (services map, policy keys and waypoint included), its labels and its skips, by pod key; they are
+    reused only while the ``context`` (everything else a pod's workload is made from: the service index, the
+    network, the nodes' localities, the policy selections and PeerAuthentications, the waypoints, the cluster and
+    trust domain) is equal, by value, to this call's; otherwise every pod is translated again. A pod without a uid
+    or resourceVersion is translated on every call that walks all pods. When the caller names what changed
+    (``changed``), only the changed pods are looked at. After each call the memo holds exactly that call's pods.
+    ``mesh`` keeps the last good mesh config (:class:`~ambit.controlplane.translate.meshconfig.MeshConfigMemo`).
+    ``stages`` keeps each stage's last value (:mod:`~ambit.controlplane.translate.stage_memo`): a call told what
+    changed takes the value of each stage whose kinds did not change as it is, so the pods' context then holds the
+    same objects and compares by identity.
     """
 
     pods: PodWorkloads = field(default_factory=PodWorkloads)

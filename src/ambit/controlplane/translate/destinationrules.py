@@ -39,7 +39,8 @@ Rules (istiod: pilot/pkg/model/push_context.go ``setDestinationRules``, ``destin
    ``labels``) whose labels hold all of its ``labels``; its
    uids are sent, so the configuration changes when such a workload comes, goes or is relabelled.
 7. Settings a waypoint does not honour are dropped with a note: ``tls.caCrl``, the ``consistentHash`` kinds other
-   than header, query parameter and source IP, ``tunnel``. TLS material, as istiod hands it to a waypoint:
+   than header, query parameter and source IP, ``tunnel``, ``localityLbSetting`` (which istiod lets replace the
+   Service's traffic distribution: here that still applies). TLS material, as istiod hands it to a waypoint:
    ``credentialName`` names a Secret of the rule's namespace (of any type the control plane watches:
    :data:`~ambit.controlplane.view.CREDENTIAL_SECRETS`) whose ``ca.crt`` (or ``cacert``) becomes the trust
    anchors and, for ``MUTUAL``, whose ``tls.crt``/``tls.key`` (or ``cert``/``key``) the client certificate and key
@@ -187,6 +188,9 @@ class _Material:
     """The Secret does not exist: the proxy must refuse, not fall back to its system trust store."""
 
 
+_LOCALITY_NOTE = "not honoured at a waypoint: the Service's traffic distribution, if any, applies instead"
+
+
 class _Reader:
     """Reads one rule's traffic policies; notes what it drops (rule 7)."""
 
@@ -211,6 +215,8 @@ class _Reader:
                 consistent = ConsistentHash(header.lower(), query, source_ip)
             else:
                 self.notes.append((at, "only httpHeaderName, httpQueryParameterName or useSourceIp is honoured"))
+        if spec.get("localityLbSetting") is not None:
+            self.notes.append((f"{path}.localityLbSetting", _LOCALITY_NOTE))
         return LoadBalancer(simple, consistent)
 
     def connection_pool(self, value: Any, path: str) -> ConnectionPool | None:

@@ -12,9 +12,9 @@ object, compared by identity.
 
 Rules:
 
-1. Each Kubernetes Service is translated from the Service alone (and the domain, the network and the mesh config's
-   ``defaultServiceExportTo``): kept by uid and resourceVersion in ``known`` between calls; ``remembered`` holds
-   exactly this call's after it.
+1. Each Kubernetes Service is translated from the Service alone (and the domain, the network, the mesh config's
+   ``defaultServiceExportTo`` and its namespace's traffic distribution annotation): kept by uid and
+   resourceVersion (with those) in ``known`` between calls; ``remembered`` holds exactly this call's after it.
 2. Services are bound to waypoints first, then ServiceEntries (whose hosts may not take a Service's key); then the
    targetRefs policies, the routes (over the bound services), the RequestAuthentications and the Telemetries.
 3. Everything read later per waypoint is indexed here once: the services each waypoint serves (bound or canary)
@@ -57,6 +57,7 @@ from ambit.controlplane.translate.services import service_network, translate_ser
 from ambit.controlplane.translate.skips import Skipped
 from ambit.controlplane.translate.stage_memo import ConfigMapReads
 from ambit.controlplane.translate.telemetry import ServiceRef, translate_telemetry, waypoint_metrics
+from ambit.controlplane.translate.traffic_distribution import TRAFFIC_DISTRIBUTION_ANNOTATION
 from ambit.controlplane.translate.virtualservices import translate_virtual_services
 from ambit.controlplane.translate.visibility import visibility_status
 from ambit.controlplane.translate.waypoint_policies import (
@@ -81,8 +82,9 @@ from ambit.model.workload import Service, Visibility
 __all__ = ["ServiceMemo", "ServiceSide", "service_side"]
 
 Obj = Mapping[str, Any]
-ServiceMemo = dict[tuple[str, str, str, str, str], tuple[Service | None, tuple[Skipped, ...]]]
-"""(uid, resourceVersion, domain, network, ``defaultServiceExportTo``) → a Service's translation and skips."""
+ServiceMemo = dict[tuple[str, str, str, str, str, str], tuple[Service | None, tuple[Skipped, ...]]]
+"""(uid, resourceVersion, domain, network, ``defaultServiceExportTo``, the namespace's traffic distribution
+annotation) → a Service's translation and skips."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,8 +175,12 @@ def service_side(
     service_targets: dict[str, ServiceTarget] = {}
     selectorless: set[tuple[str, str]] = set()
     exported = "\n".join(export_default) if export_default is not None else ""
+    namespace_annotations = {
+        str((ns.get("metadata") or {}).get("name") or ""): object_annotations(ns) for ns in namespaces
+    }
     for svc in services:
         svc_meta = svc.get("metadata") or {}
+        ns_annotations = namespace_annotations.get(str(svc_meta.get("namespace") or "")) or {}
         if not (svc.get("spec") or {}).get("selector"):
             selectorless.add((str(svc_meta.get("namespace", "")), str(svc_meta.get("name", ""))))
         svc_key = (
@@ -183,13 +189,19 @@ def service_side(
             domain,
             network,
             exported,
+            ns_annotations.get(TRAFFIC_DISTRIBUTION_ANNOTATION, ""),
         )
         svc_entry = known.get(svc_key)
         if svc_entry is None:
             svc_skips: list[Skipped] = []
             svc_entry = (
                 translate_service(
-                    svc, domain=domain, network=network, skips=svc_skips, default_export_to=export_default
+                    svc,
+                    domain=domain,
+                    network=network,
+                    skips=svc_skips,
+                    default_export_to=export_default,
+                    namespace_annotations=ns_annotations,
                 ),
                 tuple(svc_skips),
             )
@@ -205,7 +217,12 @@ def service_side(
     taken = {s.key for s in translated}
     namespace_labels = {str((ns.get("metadata") or {}).get("name") or ""): object_labels(ns) for ns in namespaces}
     entries = parse_service_entries(
-        service_entries, taken=taken, skips=skips, mesh=mesh, namespace_labels=namespace_labels
+        service_entries,
+        taken=taken,
+        skips=skips,
+        mesh=mesh,
+        namespace_labels=namespace_labels,
+        namespace_annotations=namespace_annotations,
     )
     canonical = canonical_owners(entries, (s.hostname for s in translated))
     entry_status: list[PolicyStatus] = []

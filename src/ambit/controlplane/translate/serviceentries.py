@@ -39,7 +39,9 @@ Rules:
    is left out (reported), before its hosts are taken.
 9. ``resolution: NONE`` (the default) makes each Service's load balancing ``PASSTHROUGH`` with health policy
    ``ALLOW_ALL``, as istiod's ``services.go`` does: a connection to its VIP that finds no endpoint goes to the
-   address it was sent to (the node proxy's rule 4, the waypoint's original destination).
+   address it was sent to (the node proxy's rule 4, the waypoint's original destination). Any other resolution
+   takes the traffic distribution of the entry's or its namespace's ``networking.istio.io/traffic-distribution``
+   annotation (:mod:`ambit.controlplane.translate.traffic_distribution`; a value not known there is reported).
 
 Everything left out is reported as :class:`Skipped` naming the field.
 """
@@ -61,6 +63,11 @@ from ambit.controlplane.translate.meshconfig import DEFAULT_MESH_CONFIG, MeshCon
 from ambit.controlplane.translate.nodes import split_locality
 from ambit.controlplane.translate.services import port_number, service_key
 from ambit.controlplane.translate.skips import SERVICE_ENTRY, Skipped, skipped
+from ambit.controlplane.translate.traffic_distribution import (
+    ANNOTATION_FIELD,
+    LoadBalancing,
+    entry_load_balancing,
+)
 from ambit.controlplane.translate.visibility import entry_visibility, export_visibility
 from ambit.controlplane.translate.workloadentries import (
     endpoint_address,
@@ -73,9 +80,7 @@ from ambit.model.port_protocols import protocol_app_protocol
 from ambit.model.workload import (
     AddressError,
     GatewayAddress,
-    HealthPolicy,
     IPAddress,
-    LoadBalancingMode,
     NetworkAddress,
     PortMapping,
     Service,
@@ -109,6 +114,8 @@ class ServiceEntrySpec:
     visibility: Visibility = Visibility.PUBLIC
     visibility_configured: bool = False
     """Whether the mesh config's ``serviceEntryVisibility`` is set (the ``VisibilityApplied`` condition is due)."""
+    load_balancing: LoadBalancing | None = None
+    """Rule 9's load balancing; None: by ``resolution`` alone, without annotations."""
 
 
 def parse_service_entries(
@@ -118,13 +125,16 @@ def parse_service_entries(
     skips: list[Skipped],
     mesh: MeshConfig = DEFAULT_MESH_CONFIG,
     namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
+    namespace_annotations: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[ServiceEntrySpec]:
     """The entries that have something to translate, in (namespace, name) order; ``taken`` gains their keys.
-    ``namespace_labels`` (namespace → its labels) is what ``mesh``'s ``serviceEntryVisibility`` selects on."""
+    ``namespace_labels`` (namespace → its labels) is what ``mesh``'s ``serviceEntryVisibility`` selects on;
+    ``namespace_annotations`` (namespace → its annotations) gives a namespace's traffic distribution (rule 9)."""
     out: list[ServiceEntrySpec] = []
     labels_of = namespace_labels or {}
+    annotations_of = namespace_annotations or {}
     for obj in sorted(entries, key=_order):
-        spec = _parse(obj, taken, skips, mesh, labels_of)
+        spec = _parse(obj, taken, skips, mesh, labels_of, annotations_of)
         if spec is not None:
             out.append(spec)
     return out
@@ -136,7 +146,12 @@ def _order(obj: Obj) -> tuple[str, str]:
 
 
 def _parse(
-    obj: Obj, taken: set[str], skips: list[Skipped], mesh: MeshConfig, labels_of: Mapping[str, Mapping[str, str]]
+    obj: Obj,
+    taken: set[str],
+    skips: list[Skipped],
+    mesh: MeshConfig,
+    labels_of: Mapping[str, Mapping[str, str]],
+    annotations_of: Mapping[str, Mapping[str, Any]],
 ) -> ServiceEntrySpec | None:
     meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
     name, namespace = str(meta.get("name") or ""), str(meta.get("namespace") or "")
@@ -189,6 +204,13 @@ def _parse(
         reason = "ignored because spec.workloadSelector is set (use one or the other)"
         skips.append(skipped(SERVICE_ENTRY, obj, "spec.endpoints", reason))
         endpoints = ()
+    resolution = str(spec.get("resolution") or "NONE")
+    annotations = meta.get("annotations")
+    balancing = entry_load_balancing(
+        resolution, annotations if isinstance(annotations, Mapping) else {}, annotations_of.get(namespace) or {}
+    )
+    if balancing.problem:
+        skips.append(skipped(SERVICE_ENTRY, obj, ANNOTATION_FIELD, balancing.problem))
     return ServiceEntrySpec(
         obj=obj,
         name=name,
@@ -200,9 +222,10 @@ def _parse(
         endpoints=endpoints,
         subject_alt_names=tuple(str(s) for s in spec.get("subjectAltNames") or ()),
         auto_vips=auto_vips(obj),
-        resolution=str(spec.get("resolution") or "NONE"),
+        resolution=resolution,
         visibility=visibility,
         visibility_configured=mesh.service_entry_visibility is not None,
+        load_balancing=balancing,
     )
 
 
@@ -270,7 +293,7 @@ def service_entry_services(
     entry: ServiceEntrySpec, *, network: str, canonical: Mapping[str, tuple[str, str]] | None = None
 ) -> list[Service]:
     """One Service per host (rules 1 to 3, 9, and 7 given :func:`canonical_owners`)."""
-    passthrough = entry.resolution.upper() == "NONE"
+    balancing = entry.load_balancing or entry_load_balancing(entry.resolution, {}, {})
     ports = tuple(
         PortMapping(p.number, p.target if isinstance(p.target, int) else 0, protocol_app_protocol(p.protocol))
         for p in entry.ports
@@ -286,8 +309,9 @@ def service_entry_services(
             subject_alt_names=entry.subject_alt_names,
             canonical=canonical is not None and canonical.get(host) == (entry.namespace, entry.name),
             visibility=entry.visibility,
-            load_balancing_mode=LoadBalancingMode.PASSTHROUGH if passthrough else LoadBalancingMode.UNSPECIFIED,
-            health_policy=HealthPolicy.ALLOW_ALL if passthrough else HealthPolicy.ONLY_HEALTHY,
+            load_balancing_mode=balancing.mode,
+            routing_preference=balancing.routing_preference,
+            health_policy=balancing.health_policy,
         )
         for host in entry.hosts
     ]

@@ -20,6 +20,10 @@ Rules:
 9. The ``networking.istio.io/exportTo`` annotation (without one, the mesh config's ``defaultServiceExportTo``)
    gives the visibility (:mod:`ambit.controlplane.translate.visibility`); a namespace-visible Service stays
    canonical.
+10. ``spec.internalTrafficPolicy``, ``spec.trafficDistribution``, the ``networking.istio.io/traffic-distribution``
+    annotation of the Service or else of its namespace, and ``spec.publishNotReadyAddresses`` give the load
+    balancing (:mod:`ambit.controlplane.translate.traffic_distribution`); an annotation value not known there is
+    reported.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ambit.controlplane.translate.skips import SERVICE, Skipped, skipped
+from ambit.controlplane.translate.traffic_distribution import ANNOTATION_FIELD, service_load_balancing
 from ambit.controlplane.translate.visibility import EXPORT_TO_ANNOTATION, export_visibility
 from ambit.model.port_protocols import kube_port_app_protocol
 from ambit.model.workload import (
@@ -86,11 +91,13 @@ def translate_service(
     network: str,
     skips: list[Skipped] | None = None,
     default_export_to: tuple[str, ...] | None = None,
+    namespace_annotations: Mapping[str, Any] | None = None,
 ) -> Service | None:
     """The Workload API Service for a Kubernetes Service, or None for one that has none (rule 4, no name).
 
     Unusable VIPs are reported to ``skips`` (rule 2); ``default_export_to`` is the mesh config's
-    ``defaultServiceExportTo`` (rule 9).
+    ``defaultServiceExportTo`` (rule 9); ``namespace_annotations`` are the annotations of the Service's namespace
+    (rule 10).
     """
     meta, spec = svc.get("metadata") or {}, svc.get("spec") or {}
     name, namespace = str(meta.get("name", "")), str(meta.get("namespace", ""))
@@ -105,6 +112,9 @@ def translate_service(
             number, port_number(target_port(port, number)) or 0, kube_port_app_protocol(port, number)
         )
     export = (meta.get("annotations") or {}).get(EXPORT_TO_ANNOTATION)
+    balancing = service_load_balancing(svc, namespace_annotations or {})
+    if balancing.problem and skips is not None:
+        skips.append(skipped(SERVICE, svc, ANNOTATION_FIELD, balancing.problem))
     return Service(
         name=name,
         namespace=namespace,
@@ -121,6 +131,9 @@ def translate_service(
         ports=tuple(ports.values()),
         canonical=True,
         ip_families=ip_families(spec.get("ipFamilies")),
+        load_balancing_mode=balancing.mode,
+        routing_preference=balancing.routing_preference,
+        health_policy=balancing.health_policy,
     )
 
 
