@@ -248,6 +248,34 @@ async def test_malformed_http_gets_400_and_the_tunnel_closes(rig: Rig) -> None:
     assert any('response_code="400"' in line and 'response_flags="DPE"' in line for line in counted)
 
 
+async def test_http10_gets_envoy_s_426_unless_accepted_and_is_served_once_accepted(rig: Rig) -> None:
+    """Istio's default (no PILOT_HTTP10, no HTTP10 metadata): Envoy's connection manager answers an HTTP/1.0
+    request 426 with no body and no response flag, and no endpoint is reached; with ``accept_http_10`` on it is
+    served, closed after its answer (no keep-alive asked)."""
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    await stream.write(b"GET /echo HTTP/1.0\r\nhost: echo\r\n\r\n")
+    answer = await read_until_eof(stream)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    assert lines[0] == "HTTP/1.1 426 Upgrade Required" and body == b""
+    fields = dict(line.split(": ", 1) for line in lines[1:])
+    assert fields["content-length"] == "0" and fields["server"] == "istio-envoy" and "date" in fields
+    assert fields["connection"] == "close" and "content-type" not in fields
+    assert sum(e.tunnels for e in rig.endpoints) == 0
+    await client.aclose()
+    _, text = await get(f"http://127.0.0.1:{rig.settings.stats_port}/metrics")
+    counted = [line for line in text.splitlines() if line.startswith("istio_requests_total{")]
+    assert any('response_code="426"' in line and 'response_flags="-"' in line for line in counted), counted
+
+    rig.waypoint.context.accept_http10 = True
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    await stream.write(b"GET /echo HTTP/1.0\r\nhost: echo\r\n\r\n")
+    answer = await read_until_eof(stream)
+    assert answer.startswith(b"HTTP/1.0 200 OK\r\n")  # Envoy's codec answers an accepted HTTP/1.0 in kind
+    assert echo_of(answer.partition(b"\r\n\r\n")[2])["endpoint"] in ("echo-1", "echo-2")
+    await client.aclose()
+
+
 async def test_a_huge_head_gets_431_and_close_without_reaching_an_endpoint(rig: Rig) -> None:
     client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
     await stream.write(b"GET /echo HTTP/1.1\r\nhost: a\r\n")

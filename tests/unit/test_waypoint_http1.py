@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ambit.waypoint.decisions import RequestHead
-from ambit.waypoint.errors import HttpProtocolError
+from ambit.waypoint.errors import HttpProtocolError, LowVersionError
 from ambit.waypoint.http1 import (
     BodyData,
     ClientSide,
@@ -170,11 +170,57 @@ def test_a_request_body_without_framing_goes_upstream_chunked_and_framed_ones_as
 
 
 def test_http10_without_host_takes_the_tunnel_authority() -> None:
-    server = ServerSide(authority="10.0.0.9:80")
+    server = ServerSide(authority="10.0.0.9:80", accept_http10=True)
     server.receive_data(b"GET / HTTP/1.0\r\n\r\n")
     started = drain(server)[0]
     assert isinstance(started, RequestStarted)
     assert started.head.authority == "10.0.0.9:80" and started.version == "1.0"
+
+
+@pytest.mark.parametrize("request_line", [b"GET / HTTP/1.0", b"POST /x HTTP/1.0"])
+def test_http10_is_refused_426_unless_accepted(request_line: bytes) -> None:
+    """Envoy's default (accept_http_10 off, as istiod leaves it): a low version is the connection manager's 426,
+    whatever the request; the side stays failed (nothing more is read from the connection)."""
+    server = ServerSide(authority="a:80")
+    server.receive_data(request_line + b"\r\nhost: a\r\ncontent-length: 0\r\n\r\n")
+    with pytest.raises(LowVersionError) as caught:
+        drain(server)
+    assert caught.value.status == 426 and "HTTP/1.0" in caught.value.reason
+    with pytest.raises(LowVersionError):
+        server.next_event()
+
+
+def test_a_malformed_http10_head_is_the_codec_s_400_before_any_426() -> None:
+    server = ServerSide(authority="a:80")
+    server.receive_data(b"GET / HTTP/1.0\r\nbad header line\r\n\r\n")
+    with pytest.raises(HttpProtocolError) as caught:
+        drain(server)
+    assert caught.value.status == 400 and not isinstance(caught.value, LowVersionError)
+
+
+def test_an_accepted_http10_request_is_answered_in_http10_and_closed() -> None:
+    server = ServerSide(authority="a:80", accept_http10=True)
+    server.receive_data(b"GET / HTTP/1.0\r\n\r\n")
+    assert isinstance(drain(server)[0], RequestStarted)
+    head = server.send_response(200, [("content-length", "2")])
+    assert head.startswith(b"HTTP/1.0 200 OK\r\n") and b"connection: close" in head
+    server.send_body(b"ok")
+    server.end_response()
+    assert not server.next_cycle()
+
+
+def test_http11_is_served_either_way() -> None:
+    for accept in (False, True):
+        server = ServerSide(accept_http10=accept)
+        server.receive_data(b"GET / HTTP/1.1\r\nhost: a\r\n\r\n")
+        assert isinstance(drain(server)[0], RequestStarted)
+        assert server.send_response(204, []).startswith(b"HTTP/1.1 204 No Content\r\n")
+
+
+def test_a_local_answer_without_a_body_has_no_content_type() -> None:
+    raw = simple_response(426, "Upgrade Required", "")
+    assert raw.startswith(b"HTTP/1.1 426 Upgrade Required\r\n") and raw.endswith(b"\r\n\r\n")
+    assert b"content-type" not in raw and b"content-length: 0\r\n" in raw and b"connection: close" in raw
 
 
 def test_expect_100_continue_is_answered_by_the_waypoint() -> None:
@@ -501,7 +547,7 @@ def test_a_response_without_framing_ends_at_eof_and_is_not_kept() -> None:
 
 
 def test_responses_are_framed_for_the_client() -> None:
-    old = ServerSide(authority="a:80")
+    old = ServerSide(authority="a:80", accept_http10=True)
     old.receive_data(b"GET / HTTP/1.0\r\n\r\n")
     drain(old)
     head = old.send_response(200, [("x-a", "1")])

@@ -29,6 +29,11 @@ Rules:
 3. ``CONNECT`` requests inside a tunnel are refused (400): a waypoint routes HTTP requests, it is no proxy for
    further tunnels. A request of another major version than 1 (a broken HTTP/2 preface, ``HTTP/2.0`` or
    ``HTTP/0.9`` in a request line, a version llhttp does not know) is refused 505: only HTTP/1.x is spoken here.
+   A request in any HTTP/1.x but 1.1 (HTTP/1.0) is a :class:`~ambit.waypoint.errors.LowVersionError` (426) unless
+   the side was made with ``accept_http10``: Envoy's connection manager refuses it so unless its listener's
+   ``http_protocol_options.accept_http_10`` is set, which istiod sets only with ``PILOT_HTTP10`` or the proxy's
+   ``HTTP10`` metadata. The head is parsed first, so a malformed one is still a 400 (Envoy's codec comes first).
+   An accepted HTTP/1.0 request's answer has an ``HTTP/1.0`` status line (Envoy's codec then writes one).
 4. After a message exchange, :meth:`ServerSide.next_cycle` / :meth:`ClientSide.next_cycle` say whether the
    connection may carry another one (keep-alive: HTTP/1.1 on both messages, no ``connection: close``, no body
    ended by the close), and reset the side for it.
@@ -46,7 +51,7 @@ from collections.abc import Iterable, Sequence
 from http import HTTPStatus
 
 from ambit.waypoint.decisions import RequestHead
-from ambit.waypoint.errors import HttpProtocolError
+from ambit.waypoint.errors import HttpProtocolError, LowVersionError
 from ambit.waypoint.http1_events import (
     BodyData,
     Event,
@@ -132,6 +137,7 @@ class ServerSide:
     """The downstream end: parses a client's requests, frames the waypoint's responses."""
 
     __slots__ = (
+        "_accept_http10",
         "_authority",
         "_body",
         "_failed",
@@ -148,8 +154,17 @@ class ServerSide:
         "_waiting_100",
     )
 
-    def __init__(self, max_head_bytes: int = MAX_HEAD_BYTES, *, authority: str = "", scheme: str = "http") -> None:
+    def __init__(
+        self,
+        max_head_bytes: int = MAX_HEAD_BYTES,
+        *,
+        authority: str = "",
+        scheme: str = "http",
+        accept_http10: bool = False,
+    ) -> None:
         self._reader = MessageReader(response=False, max_head_bytes=max_head_bytes, error=_downstream_error)
+        self._accept_http10 = accept_http10
+        """Rule 3: HTTP/1.0 requests are served (Envoy's ``accept_http_10``), else refused 426."""
         self._authority = authority
         """Used as the request's authority when it has no Host (HTTP/1.0): the tunnel's CONNECT authority."""
         self._scheme = scheme
@@ -206,6 +221,8 @@ class ServerSide:
             raise HttpProtocolError("CONNECT is not supported inside a tunnel")
         if not version.startswith("1."):
             raise HttpProtocolError(f"HTTP/{version} is not HTTP/1.x", 505)
+        if version != "1.1" and not self._accept_http10:  # rule 3: Envoy takes anything but 1.1 for 1.0
+            raise LowVersionError(version)
         host: str | None = None
         connection: list[str] = []
         fields: list[tuple[str, str]] = []
@@ -278,7 +295,9 @@ class ServerSide:
             if not keep and "close" not in tokens:
                 fields = [(n, v) for n, v in fields if n != "connection"]
                 fields.append(("connection", ", ".join(sorted((tokens - {"keep-alive"}) | {"close"}))))
-            data = response_head(status, _PHRASES.get(status, reason), fields)
+            # Rule 3: an accepted HTTP/1.0 request is answered in HTTP/1.0, as Envoy's codec does with accept_http_10.
+            version = "1.0" if self._version == "1.0" else "1.1"
+            data = response_head(status, _PHRASES.get(status, reason), fields, version)
         except FramingError as exc:
             raise _cannot_send(exc) from None
         self._body, self._keep, self._waiting_100 = writer, keep, False
@@ -340,7 +359,8 @@ def simple_response(status: int, reason: str, body: str, *, close: bool = True) 
     """A complete local answer written without h11: used when h11 refuses to frame anything more (after a
     protocol error), so a malformed request still gets its clean 400 and close."""
     payload = body.encode()
-    fields = finalized([("content-type", "text/plain"), ("content-length", str(len(payload)))])
+    # As Envoy's local replies: a content-type only for a body (its 426 to HTTP/1.0 has none).
+    fields = finalized([*([("content-type", "text/plain")] if payload else []), ("content-length", str(len(payload)))])
     lines = [f"HTTP/1.1 {status} {reason}", *(f"{name}: {value}" for name, value in fields)]
     if close:
         lines.append("connection: close")

@@ -20,7 +20,9 @@ request:
 5. A malformed request gets a 400 (an oversized head 431) whose body is the reason phrase (``Bad Request``), flag
    ``DPE``, as Envoy's codec errors are answered; a head not finished within ``head_timeout`` gets 408 ``stream
    timeout`` with flag ``SI`` (Envoy's stream idle timeout). The tunnel is then closed; never a traceback. Any
-   bug here or in the forwarding ends the tunnel with a 500 and a log line.
+   bug here or in the forwarding ends the tunnel with a 500 and a log line. An HTTP/1.0 request where HTTP/1.0
+   is not accepted (``WaypointContext.accept_http10`` off: Istio's default) gets Envoy's connection manager's
+   ``426 Upgrade Required``, no body and no response flag (details ``low_version``), and the tunnel is closed.
 6. Authentication and authorization come first (:func:`ambit.waypoint.exchange.serve_request` rule 0): 401 for
    a rejected token, 403 ``RBAC: access denied`` (no response flag, as Envoy's) for a denied request.
 7. Each client request is counted once (``istio_requests_total`` and the histograms, reporter="waypoint"), however
@@ -40,7 +42,7 @@ from ambit.waypoint.context import Tunnel, WaypointContext
 from ambit.waypoint.decisions import RequestHead
 from ambit.waypoint.downstream import Downstream, DownstreamGoneError, HeadTimeoutError, Outcome
 from ambit.waypoint.envoy_request_headers import REQUEST_ID, without_internal_headers
-from ambit.waypoint.errors import HttpProtocolError
+from ambit.waypoint.errors import HttpProtocolError, LowVersionError
 from ambit.waypoint.exchange import account, serve_request
 from ambit.waypoint.http1 import RequestStarted, ServerSide, reason_phrase, simple_response
 
@@ -65,7 +67,14 @@ async def serve_http1(
     """Serve the HTTP/1.1 requests of one tunnel until the client is done or the tunnel must close;
     ``on_first_request`` is called once the first request head is complete (an ingress gateway's admission)."""
     down = Downstream(
-        ctx, stream, ServerSide(ctx.limits.max_head_bytes, authority=tunnel.authority, scheme=tunnel.scheme)
+        ctx,
+        stream,
+        ServerSide(
+            ctx.limits.max_head_bytes,
+            authority=tunnel.authority,
+            scheme=tunnel.scheme,
+            accept_http10=ctx.accept_http10,
+        ),
     )
     if prefix:
         down.server.receive_data(prefix)
@@ -106,6 +115,10 @@ async def _serve(
                 await _answer_and_close(down, 408, "request head not received in time", STREAM_TIMEOUT_BODY)
                 reason = "request head not received in time"
                 _account_refused(ctx, tunnel, 408, reason, ctx.clock() - began, flags="SI")
+            return
+        except LowVersionError as exc:  # rule 5: the connection manager's answer, not the codec's
+            await _answer_and_close(down, exc.status, exc.reason, "")
+            _account_refused(ctx, tunnel, exc.status, exc.reason, ctx.clock() - began, flags="-")
             return
         except HttpProtocolError as exc:
             await _answer_and_close(down, exc.status, exc.reason)
