@@ -22,7 +22,9 @@ answer goes) and its version (``RequestStarted.version``). :func:`serve_request`
    answered locally (the request body read and dropped first); :class:`~ambit.waypoint.decisions.Forward` goes
    to one endpoint of the backend Service, chosen for this request (so one connection spreads over all
    endpoints);
-2. forwards with :func:`ambit.waypoint.forwarding.forward` (the route's retries and timeouts);
+2. forwards with :func:`ambit.waypoint.forwarding.forward` (the route's retries and timeouts; a gRPC request's
+   deadline is its ``grpc-timeout`` capped by the route's timeout, as Envoy's router takes it with istiod's
+   ``max_grpc_timeout``: :mod:`ambit.waypoint.grpc_timeout`);
 3. answers the route's cluster-not-found code (empty, flag NC: 500 for Gateway API routes, "a route to a missing
    backend answers 500"; 503 for a VirtualService) for a backend Service the state does not know, and 503 ``no
    healthy upstream`` (flag UH) when the backend has no endpoint; a backend naming a
@@ -72,7 +74,7 @@ from collections.abc import Callable
 
 from ambit.model.envoyfilter import HeaderOp
 from ambit.model.metric_overrides import RequestAttributes
-from ambit.model.routes import HeaderModifier
+from ambit.model.routes import HeaderModifier, Timeouts
 from ambit.model.workload import AppProtocol, Service, Workload
 from ambit.proxy.accounting import principal
 from ambit.waypoint.authn import Unauthenticated, plan_authentication
@@ -99,6 +101,7 @@ from ambit.waypoint.dynamic_hosts import judge_name, name_of_host, plan_request
 from ambit.waypoint.envoy_patches import edit_request
 from ambit.waypoint.forwarded_for import edge_headers
 from ambit.waypoint.forwarding import Plan, forward
+from ambit.waypoint.grpc_timeout import grpc_timeouts, is_grpc
 from ambit.waypoint.http1 import BodyData, MessageEnded, RequestStarted, Signal
 from ambit.waypoint.http1_upstream import http1_connector
 from ambit.waypoint.http2_upstream import http2_connector
@@ -183,7 +186,8 @@ async def serve_request(
         head = dataclasses.replace(head, headers=edge_headers(head.headers, *edge))
     if patches.filters:  # rule 6: the EnvoyFilters' HTTP filters, after authorization, before routing
         head = edit_request(head, patches.filter_request_ops())
-    plan = Plan(head, response_ops=filter_ops)
+    grpc = is_grpc(head.header("content-type"))  # rule 2: the router's deadline for gRPC (grpc_timeout)
+    plan = Plan(head, timeouts=_timeouts(Timeouts(), head, grpc), response_ops=filter_ops, grpc=grpc)
     cluster_not_found = 500
     if isinstance(target, ServiceTarget) and ctx.routes.is_dynamic(key):
         named = _judge_host(head.authority, target.service)
@@ -268,7 +272,7 @@ async def serve_request(
         plan = Plan(
             request,
             decision.response_headers,
-            decision.timeouts,
+            _timeouts(decision.timeouts, head, grpc),
             decision.retry,
             service,
             port,
@@ -278,6 +282,7 @@ async def serve_request(
             report=_outlier_reporter(ctx, backend, service),
             response_ops=response_ops,
             attempt_count=ctx.edge,
+            grpc=grpc,
         )
         endpoint = None
         if service is not None and ctx.routes.is_dynamic(service.key):  # rule 5
@@ -436,6 +441,12 @@ async def _forward_limited(
         if waiting is not None:
             async with waiting:
                 waiting.notify()
+
+
+def _timeouts(route: Timeouts, head: RequestHead, grpc: bool) -> Timeouts:
+    """Rule 2: a gRPC request's deadline is its ``grpc-timeout`` capped by the route's timeout (istiod's
+    ``max_grpc_timeout``; :mod:`ambit.waypoint.grpc_timeout`), any other request's the route's."""
+    return grpc_timeouts(route, head.headers) if grpc else route
 
 
 async def _drain(down: RequestSide, started: RequestStarted) -> bool:
