@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ambit.waypoint.decisions import RequestHead
-from ambit.waypoint.errors import HttpProtocolError, LowVersionError
+from ambit.waypoint.errors import HttpProtocolError
 from ambit.waypoint.http1 import (
     BodyData,
     ClientSide,
@@ -177,39 +177,57 @@ def test_http10_without_host_takes_the_tunnel_authority() -> None:
     assert started.head.authority == "10.0.0.9:80" and started.version == "1.0"
 
 
-@pytest.mark.parametrize("request_line", [b"GET / HTTP/1.0", b"POST /x HTTP/1.0"])
-def test_http10_is_refused_426_unless_accepted(request_line: bytes) -> None:
-    """Envoy's default (accept_http_10 off, as istiod leaves it): a low version is the connection manager's 426,
-    whatever the request; the side stays failed (nothing more is read from the connection)."""
-    server = ServerSide(authority="a:80")
-    server.receive_data(request_line + b"\r\nhost: a\r\ncontent-length: 0\r\n\r\n")
-    with pytest.raises(LowVersionError) as caught:
-        drain(server)
-    assert caught.value.status == 426 and "HTTP/1.0" in caught.value.reason
-    with pytest.raises(LowVersionError):
-        server.next_event()
-
-
-def test_a_malformed_http10_head_is_the_codec_s_400_before_any_426() -> None:
-    server = ServerSide(authority="a:80")
-    server.receive_data(b"GET / HTTP/1.0\r\nbad header line\r\n\r\n")
-    with pytest.raises(HttpProtocolError) as caught:
-        drain(server)
-    assert caught.value.status == 400 and not isinstance(caught.value, LowVersionError)
-
-
-def test_an_accepted_http10_request_is_answered_in_http10_and_closed() -> None:
-    server = ServerSide(authority="a:80", accept_http10=True)
+@pytest.mark.parametrize("accept", [False, True])
+def test_an_http10_request_is_parsed_like_any_other_and_answered_in_http10_only_when_accepted(accept: bool) -> None:
+    """The codec hands HTTP/1.0 on (refusing it is the connection manager's); its status line says HTTP/1.0 only
+    with accept_http_10, as Envoy's codec writes it; without keep-alive the connection closes after it."""
+    server = ServerSide(authority="a:80", accept_http10=accept)
     server.receive_data(b"GET / HTTP/1.0\r\n\r\n")
-    assert isinstance(drain(server)[0], RequestStarted)
+    started = drain(server)[0]
+    assert isinstance(started, RequestStarted) and started.version == "1.0"
     head = server.send_response(200, [("content-length", "2")])
-    assert head.startswith(b"HTTP/1.0 200 OK\r\n") and b"connection: close" in head
+    assert head.startswith(b"HTTP/1.0 200 OK\r\n" if accept else b"HTTP/1.1 200 OK\r\n")
+    assert b"connection: close\r\n" in head
     server.send_body(b"ok")
     server.end_response()
     assert not server.next_cycle()
 
 
-def test_http11_is_served_either_way() -> None:
+def test_an_http10_keep_alive_request_keeps_the_connection_when_its_answer_has_a_length() -> None:
+    server = ServerSide(authority="a:80", accept_http10=True)
+    server.receive_data(b"GET /1 HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\nGET /2 HTTP/1.0\r\n\r\n")
+    assert isinstance(drain(server)[0], RequestStarted)
+    head = server.send_response(426, [("content-length", "0")])
+    assert head.startswith(b"HTTP/1.0 426 Upgrade Required\r\n") and b"connection: keep-alive\r\n" in head
+    server.end_response()
+    assert server.next_cycle()
+    second = drain(server)[0]
+    assert isinstance(second, RequestStarted) and second.head.path == "/2"
+    assert b"connection: close\r\n" in server.send_response(200, [("content-length", "0")])
+    server.end_response()
+    assert not server.next_cycle()
+
+
+def test_an_http10_keep_alive_answer_without_a_length_closes_the_connection() -> None:
+    server = ServerSide(authority="a:80", accept_http10=True)
+    server.receive_data(b"GET / HTTP/1.0\r\nconnection: keep-alive\r\n\r\n")
+    drain(server)
+    head = server.send_response(200, [("x-a", "1")])  # framed by the close: HTTP/1.0 has no chunks
+    assert b"connection: close\r\n" in head and b"keep-alive" not in head and b"transfer-encoding" not in head
+    assert server.send_body(b"abc") == b"abc"
+    server.end_response()
+    assert not server.next_cycle()
+
+
+def test_a_malformed_http10_head_is_the_codec_s_400() -> None:
+    server = ServerSide(authority="a:80")
+    server.receive_data(b"GET / HTTP/1.0\r\nbad header line\r\n\r\n")
+    with pytest.raises(HttpProtocolError) as caught:
+        drain(server)
+    assert caught.value.status == 400
+
+
+def test_http11_is_answered_in_http11_either_way() -> None:
     for accept in (False, True):
         server = ServerSide(accept_http10=accept)
         server.receive_data(b"GET / HTTP/1.1\r\nhost: a\r\n\r\n")

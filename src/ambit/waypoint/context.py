@@ -56,7 +56,7 @@ class WaypointContext:
     ``X-Forwarded-For`` and ``X-Envoy-External-Address``."""
     accept_http10: bool = False
     """HTTP/1.0 requests are served (Envoy's ``accept_http_10``, which istiod sets with ``PILOT_HTTP10`` or the
-    proxy's ``HTTP10`` metadata); off, they are answered 426 (:mod:`ambit.waypoint.http1_proxy` rule 5)."""
+    proxy's ``HTTP10`` metadata); off, they are answered 426 (:mod:`ambit.waypoint.exchange` rule 0)."""
     router: Router = waypoint_route
     """The routing engine (:func:`ambit.waypoint.routing.waypoint_route`); tests put stand-ins here."""
     authorizer: WaypointAuthorizer = field(default_factory=WaypointAuthorizer)

@@ -2,8 +2,6 @@
 
 - :class:`HttpProtocolError`: a peer sent HTTP the waypoint cannot accept (blame: the peer); ``status`` is the
   answer a downstream client gets (400, 431), ``upstream`` says the far side was the culprit.
-
-  - :class:`LowVersionError`: an HTTP/1.0 request where HTTP/1.0 is not accepted (blame: the peer).
 - :class:`HelloRefusedError`: a client of a TLS passthrough listener sent no ClientHello the gateway can route
   by (blame: the peer).
 - :class:`WaypointSettingsError`: the process was started with settings that cannot work (local misuse).
@@ -26,14 +24,6 @@ class HttpProtocolError(WaypointError):
         self.reason = reason
         self.status = status
         self.upstream = upstream
-
-
-class LowVersionError(HttpProtocolError):
-    """A request in HTTP/1.0 (any version but 1.1) on a listener that does not accept it: Envoy's connection
-    manager answers it 426 with no body and no response flag (a local reply, not its codec's error)."""
-
-    def __init__(self, version: str) -> None:
-        super().__init__(f"HTTP/{version} is not accepted (accept_http_10 is off)", 426)
 
 
 class HelloRefusedError(WaypointError):

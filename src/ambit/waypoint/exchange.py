@@ -5,7 +5,12 @@ Theory of operation: the HTTP/1.1 shell (:mod:`ambit.waypoint.http1_proxy`) and 
 client's end of the request (a :class:`~ambit.waypoint.downstream.RequestSide`: the body source and where the
 answer goes) and its version (``RequestStarted.version``). :func:`serve_request`:
 
-0. replaces the client's ``x-forwarded-client-cert`` with what the waypoint verified
+0. answers a request in HTTP/1.0 (any HTTP/1.x but 1.1) ``426 Upgrade Required``, no body and no response flag,
+   before anything else, unless the context accepts HTTP/1.0: Envoy's connection manager does so in
+   ``decodeHeaders`` (details ``low_version``) unless the listener has ``accept_http_10``, which istiod sets only
+   with ``PILOT_HTTP10`` or the proxy's ``HTTP10`` metadata (:func:`ambit.waypoint.settings.accepts_http10`); the
+   connection stays open only for a client that asked to keep it (``connection: keep-alive``). Then it
+   replaces the client's ``x-forwarded-client-cert`` with what the waypoint verified
    (:func:`ambit.waypoint.client_cert.plan_client_cert`: removed, or the peer's identity when the waypoint's
    Gateway asks for it; an ingress gateway's connection by its mode,
    :func:`~ambit.waypoint.client_cert.plan_forwarded_client_cert`), so authentication, policies, routes and the
@@ -146,6 +151,11 @@ async def serve_request(
     """One request (rules 1-3); True when the connection may carry another. The request is copied to the
     route's mirror backends (over HTTP/1.1, :mod:`ambit.waypoint.mirror`), whichever version the client spoke."""
     outcome.head_at = ctx.clock()
+    if started.version not in ("1.1", "2") and not ctx.accept_http10:  # rule 0: the connection manager's check
+        keep = await _drain(down, started)
+        await respond(down, 426, (), b"", outcome)  # no body, no flag: sendLocalReply(UpgradeRequired, "")
+        outcome.error = "low_version"
+        return keep
     target = tunnel.target
     config = ctx.routes.current
     key = tunnel.service_key

@@ -29,14 +29,15 @@ Rules:
 3. ``CONNECT`` requests inside a tunnel are refused (400): a waypoint routes HTTP requests, it is no proxy for
    further tunnels. A request of another major version than 1 (a broken HTTP/2 preface, ``HTTP/2.0`` or
    ``HTTP/0.9`` in a request line, a version llhttp does not know) is refused 505: only HTTP/1.x is spoken here.
-   A request in any HTTP/1.x but 1.1 (HTTP/1.0) is a :class:`~ambit.waypoint.errors.LowVersionError` (426) unless
-   the side was made with ``accept_http10``: Envoy's connection manager refuses it so unless its listener's
-   ``http_protocol_options.accept_http_10`` is set, which istiod sets only with ``PILOT_HTTP10`` or the proxy's
-   ``HTTP10`` metadata. The head is parsed first, so a malformed one is still a 400 (Envoy's codec comes first).
-   An accepted HTTP/1.0 request's answer has an ``HTTP/1.0`` status line (Envoy's codec then writes one).
+   A request in any HTTP/1.x but 1.1 (HTTP/1.0, as Envoy's codec calls it) is handed out like any other: refusing
+   it is the connection manager's (:mod:`ambit.waypoint.exchange` rule 0). Its answer has an ``HTTP/1.0`` status
+   line when the side was made with ``accept_http10`` (Envoy's codec writes one only with ``accept_http_10``), an
+   ``HTTP/1.1`` one otherwise (Envoy's 426 to it).
 4. After a message exchange, :meth:`ServerSide.next_cycle` / :meth:`ClientSide.next_cycle` say whether the
    connection may carry another one (keep-alive: HTTP/1.1 on both messages, no ``connection: close``, no body
-   ended by the close), and reset the side for it.
+   ended by the close), and reset the side for it. An HTTP/1.0 request keeps the connection only when its
+   ``Connection`` names ``keep-alive`` and its answer has a length; that answer then says ``connection:
+   keep-alive`` (Envoy's ``HeaderUtility::shouldCloseConnection`` and its connection manager's HTTP/1.0 rule).
 5. An upgrade (``Upgrade`` request answered 101) ends HTTP on both connections: :meth:`ServerSide.switched` and
    :meth:`ClientSide.switched` return the bytes that arrived after the head, and the shell relays raw bytes. An
    upgrade request answered otherwise leaves the connection in HTTP/1.1.
@@ -51,7 +52,7 @@ from collections.abc import Iterable, Sequence
 from http import HTTPStatus
 
 from ambit.waypoint.decisions import RequestHead
-from ambit.waypoint.errors import HttpProtocolError, LowVersionError
+from ambit.waypoint.errors import HttpProtocolError
 from ambit.waypoint.http1_events import (
     BodyData,
     Event,
@@ -164,7 +165,7 @@ class ServerSide:
     ) -> None:
         self._reader = MessageReader(response=False, max_head_bytes=max_head_bytes, error=_downstream_error)
         self._accept_http10 = accept_http10
-        """Rule 3: HTTP/1.0 requests are served (Envoy's ``accept_http_10``), else refused 426."""
+        """Rule 3: HTTP/1.0 is served here (Envoy's ``accept_http_10``): its answers say ``HTTP/1.0``."""
         self._authority = authority
         """Used as the request's authority when it has no Host (HTTP/1.0): the tunnel's CONNECT authority."""
         self._scheme = scheme
@@ -221,8 +222,6 @@ class ServerSide:
             raise HttpProtocolError("CONNECT is not supported inside a tunnel")
         if not version.startswith("1."):
             raise HttpProtocolError(f"HTTP/{version} is not HTTP/1.x", 505)
-        if version != "1.1" and not self._accept_http10:  # rule 3: Envoy takes anything but 1.1 for 1.0
-            raise LowVersionError(version)
         host: str | None = None
         connection: list[str] = []
         fields: list[tuple[str, str]] = []
@@ -250,7 +249,9 @@ class ServerSide:
         tokens = ",".join(connection)
         upgrade = upgrade_named and "upgrade" in tokens
         self._method, self._version = method, version
-        self._request_keep = version == "1.1" and "close" not in connection_tokens((("connection", tokens),))
+        options = connection_tokens((("connection", tokens),))
+        # Rule 4: HTTP/1.1 keeps the connection unless told to close, anything older only when asked to keep it.
+        self._request_keep = "close" not in options if version == "1.1" else "keep-alive" in options
         self._upgrade_proposed = upgrade
         self._waiting_100 = expect_continue and version == "1.1"
         head = RequestHead(
@@ -295,8 +296,9 @@ class ServerSide:
             if not keep and "close" not in tokens:
                 fields = [(n, v) for n, v in fields if n != "connection"]
                 fields.append(("connection", ", ".join(sorted((tokens - {"keep-alive"}) | {"close"}))))
-            # Rule 3: an accepted HTTP/1.0 request is answered in HTTP/1.0, as Envoy's codec does with accept_http_10.
-            version = "1.0" if self._version == "1.0" else "1.1"
+            elif keep and self._version != "1.1":  # rule 4: an HTTP/1.0 client is told its connection stays
+                fields = [*((n, v) for n, v in fields if n != "connection"), ("connection", "keep-alive")]
+            version = "1.0" if self._version != "1.1" and self._accept_http10 else "1.1"  # rule 3
             data = response_head(status, _PHRASES.get(status, reason), fields, version)
         except FramingError as exc:
             raise _cannot_send(exc) from None

@@ -20,9 +20,9 @@ request:
 5. A malformed request gets a 400 (an oversized head 431) whose body is the reason phrase (``Bad Request``), flag
    ``DPE``, as Envoy's codec errors are answered; a head not finished within ``head_timeout`` gets 408 ``stream
    timeout`` with flag ``SI`` (Envoy's stream idle timeout). The tunnel is then closed; never a traceback. Any
-   bug here or in the forwarding ends the tunnel with a 500 and a log line. An HTTP/1.0 request where HTTP/1.0
-   is not accepted (``WaypointContext.accept_http10`` off: Istio's default) gets Envoy's connection manager's
-   ``426 Upgrade Required``, no body and no response flag (details ``low_version``), and the tunnel is closed.
+   bug here or in the forwarding ends the tunnel with a 500 and a log line. (An HTTP/1.0 request is no codec
+   error: it is parsed, and answered 426 by :func:`~ambit.waypoint.exchange.serve_request` rule 0 unless
+   ``WaypointContext.accept_http10``.)
 6. Authentication and authorization come first (:func:`ambit.waypoint.exchange.serve_request` rule 0): 401 for
    a rejected token, 403 ``RBAC: access denied`` (no response flag, as Envoy's) for a denied request.
 7. Each client request is counted once (``istio_requests_total`` and the histograms, reporter="waypoint"), however
@@ -42,7 +42,7 @@ from ambit.waypoint.context import Tunnel, WaypointContext
 from ambit.waypoint.decisions import RequestHead
 from ambit.waypoint.downstream import Downstream, DownstreamGoneError, HeadTimeoutError, Outcome
 from ambit.waypoint.envoy_request_headers import REQUEST_ID, without_internal_headers
-from ambit.waypoint.errors import HttpProtocolError, LowVersionError
+from ambit.waypoint.errors import HttpProtocolError
 from ambit.waypoint.exchange import account, serve_request
 from ambit.waypoint.http1 import RequestStarted, ServerSide, reason_phrase, simple_response
 
@@ -116,10 +116,6 @@ async def _serve(
                 reason = "request head not received in time"
                 _account_refused(ctx, tunnel, 408, reason, ctx.clock() - began, flags="SI")
             return
-        except LowVersionError as exc:  # rule 5: the connection manager's answer, not the codec's
-            await _answer_and_close(down, exc.status, exc.reason, "")
-            _account_refused(ctx, tunnel, exc.status, exc.reason, ctx.clock() - began, flags="-")
-            return
         except HttpProtocolError as exc:
             await _answer_and_close(down, exc.status, exc.reason)
             _account_refused(ctx, tunnel, exc.status, exc.reason, ctx.clock() - began)
@@ -176,7 +172,8 @@ async def _exchange(ctx: WaypointContext, tunnel: Tunnel, down: Downstream, star
             with contextlib.suppress(Exception):
                 await down.stream.write(simple_response(500, "Internal Server Error", "internal error\n"))
         keep = False
-    account(ctx, tunnel, head, outcome, ctx.clock() - began, grpc)
+    protocol = "HTTP/1.1" if started.version == "1.1" else "HTTP/1.0"  # the access log's, as Envoy's codec names it
+    account(ctx, tunnel, head, outcome, ctx.clock() - began, grpc, protocol)
     return keep
 
 
