@@ -301,6 +301,14 @@ async def test_http10_gets_envoy_s_426_unless_accepted_and_is_served_once_accept
     assert answer.startswith(b"HTTP/1.0 200 OK\r\n")  # Envoy's codec answers an accepted HTTP/1.0 in kind
     assert echo_of(answer.partition(b"\r\n\r\n")[2])["endpoint"] in ("echo-1", "echo-2")
     await client.aclose()
+    reached = sum(e.tunnels for e in rig.endpoints)
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")  # no Host: istiod sets no default_host_for_http_10
+    await stream.write(b"GET /echo HTTP/1.0\r\n\r\n")
+    answer = await read_until_eof(stream)
+    assert answer.startswith(b"HTTP/1.0 400 Bad Request\r\n") and b"\r\ncontent-length: 0\r\n" in answer
+    assert answer.endswith(b"\r\n\r\n") and b"content-type" not in answer  # no body
+    await client.aclose()
+    assert sum(e.tunnels for e in rig.endpoints) == reached  # answered by the waypoint alone
 
 
 async def test_a_huge_head_gets_431_and_close_without_reaching_an_endpoint(rig: Rig) -> None:

@@ -142,7 +142,7 @@ def test_connect_inside_a_tunnel_is_refused() -> None:
     "raw", [b"PRI * HTTP/2.0\r\n\r\nXX", b"GET / HTTP/2.0\r\nhost: a\r\n\r\n", b"GET / HTTP/0.9\r\n\r\n"]
 )
 def test_a_request_of_another_major_version_is_505(raw: bytes) -> None:
-    server = ServerSide(authority="a:80")
+    server = ServerSide()
     server.receive_data(raw)
     with pytest.raises(HttpProtocolError) as caught:
         drain(server)
@@ -169,19 +169,20 @@ def test_a_request_body_without_framing_goes_upstream_chunked_and_framed_ones_as
     assert b"transfer-encoding" not in bodiless and b"content-length" not in bodiless
 
 
-def test_http10_without_host_takes_the_tunnel_authority() -> None:
-    server = ServerSide(authority="10.0.0.9:80", accept_http10=True)
+def test_http10_without_host_has_no_authority() -> None:
+    """Envoy's codec hands it on; its connection manager answers it 400 (istiod sets no default host)."""
+    server = ServerSide(accept_http10=True)
     server.receive_data(b"GET / HTTP/1.0\r\n\r\n")
     started = drain(server)[0]
     assert isinstance(started, RequestStarted)
-    assert started.head.authority == "10.0.0.9:80" and started.version == "1.0"
+    assert started.head.authority == "" and started.version == "1.0"
 
 
 @pytest.mark.parametrize("accept", [False, True])
 def test_an_http10_request_is_parsed_like_any_other_and_answered_in_http10_only_when_accepted(accept: bool) -> None:
     """The codec hands HTTP/1.0 on (refusing it is the connection manager's); its status line says HTTP/1.0 only
     with accept_http_10, as Envoy's codec writes it; without keep-alive the connection closes after it."""
-    server = ServerSide(authority="a:80", accept_http10=accept)
+    server = ServerSide(accept_http10=accept)
     server.receive_data(b"GET / HTTP/1.0\r\n\r\n")
     started = drain(server)[0]
     assert isinstance(started, RequestStarted) and started.version == "1.0"
@@ -194,7 +195,7 @@ def test_an_http10_request_is_parsed_like_any_other_and_answered_in_http10_only_
 
 
 def test_an_http10_keep_alive_request_keeps_the_connection_when_its_answer_has_a_length() -> None:
-    server = ServerSide(authority="a:80", accept_http10=True)
+    server = ServerSide(accept_http10=True)
     server.receive_data(b"GET /1 HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\nGET /2 HTTP/1.0\r\n\r\n")
     assert isinstance(drain(server)[0], RequestStarted)
     head = server.send_response(426, [("content-length", "0")])
@@ -209,7 +210,7 @@ def test_an_http10_keep_alive_request_keeps_the_connection_when_its_answer_has_a
 
 
 def test_an_http10_keep_alive_answer_without_a_length_closes_the_connection() -> None:
-    server = ServerSide(authority="a:80", accept_http10=True)
+    server = ServerSide(accept_http10=True)
     server.receive_data(b"GET / HTTP/1.0\r\nconnection: keep-alive\r\n\r\n")
     drain(server)
     head = server.send_response(200, [("x-a", "1")])  # framed by the close: HTTP/1.0 has no chunks
@@ -220,7 +221,7 @@ def test_an_http10_keep_alive_answer_without_a_length_closes_the_connection() ->
 
 
 def test_a_malformed_http10_head_is_the_codec_s_400() -> None:
-    server = ServerSide(authority="a:80")
+    server = ServerSide()
     server.receive_data(b"GET / HTTP/1.0\r\nbad header line\r\n\r\n")
     with pytest.raises(HttpProtocolError) as caught:
         drain(server)
@@ -565,7 +566,7 @@ def test_a_response_without_framing_ends_at_eof_and_is_not_kept() -> None:
 
 
 def test_responses_are_framed_for_the_client() -> None:
-    old = ServerSide(authority="a:80", accept_http10=True)
+    old = ServerSide(accept_http10=True)
     old.receive_data(b"GET / HTTP/1.0\r\n\r\n")
     drain(old)
     head = old.send_response(200, [("x-a", "1")])

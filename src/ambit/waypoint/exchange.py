@@ -9,7 +9,9 @@ answer goes) and its version (``RequestStarted.version``). :func:`serve_request`
    before anything else, unless the context accepts HTTP/1.0: Envoy's connection manager does so in
    ``decodeHeaders`` (details ``low_version``) unless the listener has ``accept_http_10``, which istiod sets only
    with ``PILOT_HTTP10`` or the proxy's ``HTTP10`` metadata (:func:`ambit.waypoint.settings.accepts_http10`); the
-   connection stays open only for a client that asked to keep it (``connection: keep-alive``). Then it
+   connection stays open only for a client that asked to keep it (``connection: keep-alive``). An accepted
+   HTTP/1.0 request without ``Host`` is answered 400, empty (details ``missing_host``: istiod sets no
+   ``default_host_for_http_10``). Then it
    replaces the client's ``x-forwarded-client-cert`` with what the waypoint verified
    (:func:`ambit.waypoint.client_cert.plan_client_cert`: removed, or the peer's identity when the waypoint's
    Gateway asks for it; an ingress gateway's connection by its mode,
@@ -151,11 +153,13 @@ async def serve_request(
     """One request (rules 1-3); True when the connection may carry another. The request is copied to the
     route's mirror backends (over HTTP/1.1, :mod:`ambit.waypoint.mirror`), whichever version the client spoke."""
     outcome.head_at = ctx.clock()
-    if started.version not in ("1.1", "2") and not ctx.accept_http10:  # rule 0: the connection manager's check
-        keep = await _drain(down, started)
-        await respond(down, 426, (), b"", outcome)  # no body, no flag: sendLocalReply(UpgradeRequired, "")
-        outcome.error = "low_version"
-        return keep
+    if started.version not in ("1.1", "2"):  # rule 0: the connection manager's checks of an HTTP/1.0 request
+        refusal = (426, "low_version") if not ctx.accept_http10 else (400, "missing_host")
+        if refusal[0] == 426 or not started.head.authority:
+            keep = await _drain(down, started)
+            await respond(down, refusal[0], (), b"", outcome)  # no body, no flag: Envoy's sendLocalReply(code, "")
+            outcome.error = refusal[1]
+            return keep
     target = tunnel.target
     config = ctx.routes.current
     key = tunnel.service_key

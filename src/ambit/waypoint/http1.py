@@ -139,7 +139,6 @@ class ServerSide:
 
     __slots__ = (
         "_accept_http10",
-        "_authority",
         "_body",
         "_failed",
         "_keep",
@@ -159,15 +158,12 @@ class ServerSide:
         self,
         max_head_bytes: int = MAX_HEAD_BYTES,
         *,
-        authority: str = "",
         scheme: str = "http",
         accept_http10: bool = False,
     ) -> None:
         self._reader = MessageReader(response=False, max_head_bytes=max_head_bytes, error=_downstream_error)
         self._accept_http10 = accept_http10
         """Rule 3: HTTP/1.0 is served here (Envoy's ``accept_http_10``): its answers say ``HTTP/1.0``."""
-        self._authority = authority
-        """Used as the request's authority when it has no Host (HTTP/1.0): the tunnel's CONNECT authority."""
         self._scheme = scheme
         """Every request's scheme: HTTP/1.1 has none on the wire, so it is the connection's (``https`` over TLS)."""
         self._failed: HttpProtocolError | None = None
@@ -257,7 +253,7 @@ class ServerSide:
         head = RequestHead(
             method=method,
             path=parsed.target,
-            authority=host or self._authority,
+            authority=host or "",  # none: HTTP/1.0 without Host, which the connection manager refuses 400
             headers=tuple(fields),
             scheme=self._scheme,
         )

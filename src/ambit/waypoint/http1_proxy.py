@@ -69,12 +69,7 @@ async def serve_http1(
     down = Downstream(
         ctx,
         stream,
-        ServerSide(
-            ctx.limits.max_head_bytes,
-            authority=tunnel.authority,
-            scheme=tunnel.scheme,
-            accept_http10=ctx.accept_http10,
-        ),
+        ServerSide(ctx.limits.max_head_bytes, scheme=tunnel.scheme, accept_http10=ctx.accept_http10),
     )
     if prefix:
         down.server.receive_data(prefix)
