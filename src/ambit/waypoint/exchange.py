@@ -153,13 +153,12 @@ async def serve_request(
     """One request (rules 1-3); True when the connection may carry another. The request is copied to the
     route's mirror backends (over HTTP/1.1, :mod:`ambit.waypoint.mirror`), whichever version the client spoke."""
     outcome.head_at = ctx.clock()
-    if started.version not in ("1.1", "2"):  # rule 0: the connection manager's checks of an HTTP/1.0 request
-        refusal = (426, "low_version") if not ctx.accept_http10 else (400, "missing_host")
-        if refusal[0] == 426 or not started.head.authority:
-            keep = await _drain(down, started)
-            await respond(down, refusal[0], (), b"", outcome)  # no body, no flag: Envoy's sendLocalReply(code, "")
-            outcome.error = refusal[1]
-            return keep
+    refusal = _version_refusal(started, accept_http10=ctx.accept_http10)
+    if refusal is not None:
+        keep = await _drain(down, started)
+        await respond(down, refusal[0], (), b"", outcome)  # no body, no flag: Envoy's sendLocalReply(code, "")
+        outcome.error = refusal[1]
+        return keep
     target = tunnel.target
     config = ctx.routes.current
     key = tunnel.service_key
@@ -455,6 +454,15 @@ async def _forward_limited(
         if waiting is not None:
             async with waiting:
                 waiting.notify()
+
+
+def _version_refusal(started: RequestStarted, *, accept_http10: bool) -> tuple[int, str] | None:
+    """Rule 0: the connection manager's answer (status, response details) to an HTTP/1.0 request, if any."""
+    if started.version in ("1.1", "2"):
+        return None
+    if not accept_http10:
+        return (426, "low_version")
+    return None if started.head.authority else (400, "missing_host")
 
 
 def _timeouts(route: Timeouts, head: RequestHead, grpc: bool) -> Timeouts:
