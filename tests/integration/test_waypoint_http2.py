@@ -28,6 +28,8 @@ from tests.integration.waypoint_rig import (
     GRPC_PORT,
     GRPC_TWO_VIP,
     GRPC_VIP,
+    H2C_TARGET_PORT,
+    WEB2_VIP,
     Rig,
     echo_of,
     free_port,
@@ -56,6 +58,7 @@ from ambit.proxy.hbone_stream import HboneStream
 from ambit.proxy.streams import SocketStream
 from ambit.tls.socket_transport import TlsTransportKind
 from ambit.waypoint.decisions import Decision, Forward, RequestHead
+from ambit.waypoint.grpc_timeout import parse_grpc_timeout
 from ambit.waypoint.settings import WaypointLimits
 from ambit.waypoint.sniff import H2_PREFACE
 from ambit.waypoint.tcp import relay
@@ -421,6 +424,104 @@ async def test_a_backend_timeout_answers_a_grpc_client_unavailable_in_grpc_form(
     assert caught.value.details() == "upstream request timeout"
     lines = await metric_lines(rig, "istio_requests_total")
     assert any('response_code="504"' in line and 'grpc_response_status="14"' in line for line in lines)
+
+
+@contextlib.asynccontextmanager
+async def silent_h2_backends(rig: Rig) -> AsyncIterator[list[dict[str, str]]]:
+    """On each endpoint's port 8082 (Service ``web2``, declared HTTP/2) an h2c server that records every request's
+    headers and never answers: only the waypoint's deadline can end a call."""
+    seen: list[dict[str, str]] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding="utf-8"))
+        conn.initiate_connection()
+        writer.write(conn.data_to_send())
+        with contextlib.suppress(ConnectionError, h2.exceptions.ProtocolError):
+            while data := await reader.read(65536):
+                for event in conn.receive_data(data):
+                    if isinstance(event, h2.events.RequestReceived):
+                        seen.append(dict(event.headers))  # type: ignore[arg-type]
+                writer.write(conn.data_to_send())
+                await writer.drain()
+        writer.close()
+
+    servers = []
+    for endpoint in rig.endpoints:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        servers.append(server)
+        endpoint.extra[H2C_TARGET_PORT] = server.sockets[0].getsockname()[1]
+    try:
+        yield seen
+    finally:
+        for server in servers:
+            server.close()
+
+
+@pytest.mark.parametrize(
+    ("route", "sent", "most"),
+    [
+        (Timeouts(), "300m", 300),  # no route timeout (istiod: max_grpc_timeout 0): the client's deadline
+        (Timeouts(request=0.4), "1H", 400),  # the route's timeout caps the client's
+        (Timeouts(request=0.4), None, 400),  # and stands in for none
+    ],
+    ids=["client-deadline", "capped", "route-for-none"],
+)
+async def test_a_grpc_call_s_deadline_is_its_grpc_timeout_capped_by_the_route_and_told_upstream(
+    rig: Rig, route: Timeouts, sent: str | None, most: int
+) -> None:
+    """Envoy's router with istiod's max_grpc_timeout: the call is answered at its deadline (the router's 504,
+    in gRPC form: grpc-status 14 UNAVAILABLE, as Envoy converts it) and the endpoint was told the deadline in a
+    rewritten grpc-timeout (and x-envoy-expected-rq-timeout-ms)."""
+
+    def router(table: RouteTable | None, destination: BackendService, request: RequestHead, r: float) -> Decision:
+        return Forward(destination, request, timeouts=route)
+
+    rig.waypoint.context.router = router
+    async with silent_h2_backends(rig) as seen:
+        client, stream = await rig.tunnel(f"{WEB2_VIP}:80")
+        h2c = H2OverTunnel(stream)
+        extra = (("grpc-timeout", sent),) if sent is not None else ()
+        sid = h2c.h2.get_next_available_stream_id()
+        h2c.h2.send_headers(
+            sid,
+            [
+                (":method", "POST"),
+                (":scheme", "http"),
+                (":authority", "web2.app.svc.cluster.local"),
+                (":path", "/echo.Echo/Hang"),
+                ("content-type", "application/grpc"),
+                ("te", "trailers"),
+                *extra,
+            ],
+        )
+        h2c.h2.send_data(sid, grpc_frame(b""), end_stream=True)
+        await h2c.flush()
+        await h2c.until(lambda: h2c.finished(sid))
+        headers, body, _ = h2c.answer(sid)
+        await client.aclose()
+    assert headers[":status"] == "200" and headers["grpc-status"] == "14", headers
+    assert headers["grpc-message"] == "upstream request timeout" and body == b""
+    (upstream,) = seen
+    told = parse_grpc_timeout(upstream["grpc-timeout"])
+    assert upstream["grpc-timeout"].endswith("m") and told is not None and 0 < told <= most, upstream
+    assert upstream["x-envoy-expected-rq-timeout-ms"] == upstream["grpc-timeout"][:-1]
+
+
+async def test_a_grpc_server_behind_the_waypoint_gets_the_deadline_the_route_allows(rig: Rig) -> None:
+    """A real gRPC client asks for an hour; the route's 5 s timeout is what grpcio's server sees (its own reading
+    of the rewritten grpc-timeout), and a call without a route timeout keeps the client's deadline."""
+    timeouts = Timeouts(request=5.0)
+
+    def router(table: RouteTable | None, destination: BackendService, request: RequestHead, r: float) -> Decision:
+        return Forward(destination, request, timeouts=timeouts)
+
+    rig.waypoint.context.router = router
+    async with grpc_channel(rig) as channel:
+        capped = float(await unary(channel, "Deadline")(b"", timeout=3600))
+        timeouts = Timeouts()
+        kept = float(await unary(channel, "Deadline")(b"", timeout=3600))
+    assert 0 < capped <= 5.0
+    assert 3000 < kept <= 3700  # the client's own grpc-timeout, as grpcio rounded it, left alone
 
 
 async def test_a_grpc_method_without_a_route_answers_unimplemented(rig: Rig) -> None:

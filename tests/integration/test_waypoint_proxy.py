@@ -248,6 +248,69 @@ async def test_malformed_http_gets_400_and_the_tunnel_closes(rig: Rig) -> None:
     assert any('response_code="400"' in line and 'response_flags="DPE"' in line for line in counted)
 
 
+async def _head_of_answer(stream: Any) -> tuple[list[str], dict[str, str]]:
+    """The status line and fields of the next answer on ``stream`` (one with no body)."""
+    data = b""
+    async with asyncio.timeout(10):
+        while b"\r\n\r\n" not in data:
+            chunk = await stream.read()
+            assert chunk, data
+            data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    assert rest == b""
+    lines = head.decode().split("\r\n")
+    return lines, dict(line.split(": ", 1) for line in lines[1:])
+
+
+async def test_http10_gets_envoy_s_426_unless_accepted_and_is_served_once_accepted(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Istio's default (no PILOT_HTTP10, no HTTP10 metadata): Envoy's connection manager answers an HTTP/1.0
+    request 426 with no body and no response flag, no endpoint is reached, and the connection closes unless the
+    client asked to keep it; with ``accept_http_10`` on, HTTP/1.0 is served and answered in HTTP/1.0."""
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    await stream.write(b"GET /echo HTTP/1.0\r\nhost: echo\r\n\r\n")
+    answer = await read_until_eof(stream)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    assert lines[0] == "HTTP/1.1 426 Upgrade Required" and body == b""
+    fields = dict(line.split(": ", 1) for line in lines[1:])
+    assert fields["content-length"] == "0" and fields["server"] == "istio-envoy" and "date" in fields
+    assert fields["connection"] == "close" and "content-type" not in fields
+    await client.aclose()
+
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")  # keep-alive asked: the 426 leaves the connection open
+    await stream.write(b"GET /echo HTTP/1.0\r\nhost: echo\r\nconnection: keep-alive\r\n\r\n")
+    lines, fields = await _head_of_answer(stream)
+    assert lines[0] == "HTTP/1.1 426 Upgrade Required" and fields["connection"] == "keep-alive"
+    status, _, body = await HttpOverTunnel(stream).request("GET", "/echo")
+    assert status == 200 and echo_of(body)["host"] == "echo.app.svc.cluster.local"
+    await client.aclose()
+    assert sum(e.tunnels for e in rig.endpoints) == 1  # only the HTTP/1.1 request reached an endpoint
+    _, text = await get(f"http://127.0.0.1:{rig.settings.stats_port}/metrics")
+    counted = [line for line in text.splitlines() if line.startswith("istio_requests_total{")]
+    refused = [line for line in counted if 'response_code="426"' in line]
+    assert refused and all('response_flags="-"' in line for line in refused), counted
+    logged = [r.getMessage() for r in caplog.records if "response_code=426" in r.getMessage()]
+    assert len(logged) == 2 and all("protocol=HTTP/1.0" in m and "error=low_version" in m for m in logged), logged
+
+    rig.waypoint.context.accept_http10 = True
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    await stream.write(b"GET /echo HTTP/1.0\r\nhost: echo\r\n\r\n")
+    answer = await read_until_eof(stream)
+    assert answer.startswith(b"HTTP/1.0 200 OK\r\n")  # Envoy's codec answers an accepted HTTP/1.0 in kind
+    assert echo_of(answer.partition(b"\r\n\r\n")[2])["endpoint"] in ("echo-1", "echo-2")
+    await client.aclose()
+    reached = sum(e.tunnels for e in rig.endpoints)
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")  # no Host: istiod sets no default_host_for_http_10
+    await stream.write(b"GET /echo HTTP/1.0\r\n\r\n")
+    answer = await read_until_eof(stream)
+    assert answer.startswith(b"HTTP/1.0 400 Bad Request\r\n") and b"\r\ncontent-length: 0\r\n" in answer
+    assert answer.endswith(b"\r\n\r\n") and b"content-type" not in answer  # no body
+    await client.aclose()
+    assert sum(e.tunnels for e in rig.endpoints) == reached  # answered by the waypoint alone
+
+
 async def test_a_huge_head_gets_431_and_close_without_reaching_an_endpoint(rig: Rig) -> None:
     client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
     await stream.write(b"GET /echo HTTP/1.1\r\nhost: a\r\n")

@@ -352,7 +352,8 @@ class Endpoint:
 def grpc_echo_handler(endpoint: Endpoint) -> grpc.GenericRpcHandler:
     """``echo.Echo`` on raw bytes (no protobuf): ``Say`` answers ``<endpoint>:<request>`` (``fail`` answers
     NOT_FOUND with a message and trailing metadata, ``big`` a 1 MiB answer); ``Chat`` echoes every message of a
-    bidirectional stream; ``Hang`` waits until the call is cancelled."""
+    bidirectional stream; ``Hang`` waits until the call is cancelled; ``Deadline`` answers the seconds left of the
+    deadline the call arrived with (its ``grpc-timeout``), or ``none``."""
 
     async def say(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
         endpoint.grpc_calls.append("Say")
@@ -382,9 +383,15 @@ def grpc_echo_handler(endpoint: Endpoint) -> grpc.GenericRpcHandler:
             raise
         return b"late"
 
+    async def deadline(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+        endpoint.grpc_calls.append("Deadline")
+        left = context.time_remaining()
+        return b"none" if left is None else f"{left:.3f}".encode()
+
     return grpc.method_handlers_generic_handler(
         "echo.Echo",
         {
+            "Deadline": grpc.unary_unary_rpc_method_handler(deadline),
             "Say": grpc.unary_unary_rpc_method_handler(say),
             "Chat": grpc.stream_stream_rpc_method_handler(chat),
             "Hang": grpc.unary_unary_rpc_method_handler(hang),

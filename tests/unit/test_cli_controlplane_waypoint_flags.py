@@ -64,6 +64,7 @@ def test_the_environment_deploy_sets_is_read_and_empty_means_default(started: li
         (["--waypoint-xds-address", "host:99999"], "expected HOST:PORT"),
         (["--revision", "Foo/../x"], "expected a DNS-1123 label, got 'Foo/../x'"),
         (["--revision", ""], "expected a DNS-1123 label, got ''"),
+        (["--http10", "yes"], "expected true or false, got 'yes'"),
     ],
 )
 def test_bad_waypoint_settings_are_refused(started: list[Any], args: list[str], message: str) -> None:
@@ -84,3 +85,11 @@ def test_a_bad_monitoring_port_is_refused_in_one_line(started: list[Any], port: 
     result = CliRunner().invoke(app, ["controlplane", "--monitoring-port", port])
     assert result.exit_code == 2 and "--monitoring-port" in result.output
     assert "Traceback" not in result.output and started == []
+
+
+def test_pilot_http10_is_off_by_default_and_read_as_istiod_reads_it(started: list[Any]) -> None:
+    assert CliRunner().invoke(app, ["controlplane"], env={"PILOT_HTTP10": None}).exit_code == 0
+    assert CliRunner().invoke(app, ["controlplane"], env={"PILOT_HTTP10": "true"}).exit_code == 0
+    assert CliRunner().invoke(app, ["controlplane", "--http10", "1"]).exit_code == 0
+    assert CliRunner().invoke(app, ["controlplane", "--http10", "false"]).exit_code == 0
+    assert [settings.http10 for settings in started] == [False, True, True, False]

@@ -75,7 +75,7 @@ FORBIDDEN = ("typer", "click", "rich", "shellingham", "pydantic")
 """Top-level packages the waypoint's and the gateway's processes must not import."""
 
 
-READ = (*POD_ENV, "INSTANCE_IPS", "SECRET_TTL", "HBONE_TLS_TRANSPORT")
+READ = (*POD_ENV, "INSTANCE_IPS", "SECRET_TTL", "HBONE_TLS_TRANSPORT", "PILOT_HTTP10", "ISTIO_META_HTTP10")
 """Every variable the commands read."""
 
 
@@ -286,6 +286,7 @@ CHECKS = [
     (CA, {"SECRET_TTL": "never"}, "$SECRET_TTL"),
     ([*CA, "--tls-transport", "kernel"], {}, "invalid value for '--tls-transport': unknown TLS transport 'kernel'"),
     (CA, {"HBONE_TLS_TRANSPORT": "ktls"}, "invalid value for '--tls-transport'"),
+    (CA, {"PILOT_HTTP10": "yes"}, "PILOT_HTTP10: expected true or false, got 'yes'"),
 ]
 
 
@@ -412,3 +413,38 @@ def test_the_process_imports_neither_typer_click_rich_nor_the_other_commands(
     ), done.stdout
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time")}
     assert not {name for name in imported if name.split(".")[0] in FORBIDDEN}
+
+
+@pytest.mark.parametrize(
+    ("env", "accepted"),
+    [({}, False), ({"PILOT_HTTP10": "true"}, True), ({"ISTIO_META_HTTP10": "1"}, True)],
+)
+def test_http10_is_accepted_by_the_control_plane_s_switch_or_the_proxy_s_metadata(
+    env: dict[str, str], accepted: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ambit.cli.l7_proxy import l7_settings
+
+    set_pod_env(monkeypatch, env)
+    settings = l7_settings(
+        "waypoint",
+        namespace="app",
+        gateway_name="waypoint",
+        service_account="sa",
+        pod_name="",
+        instance_ip=None,
+        node_name="",
+        xds_address=None,
+        ca_address=None,
+        root_cert=None,
+        token=None,
+        server_name="istiod.istio-system.svc",
+        cluster_id="Kubernetes",
+        trust_domain="cluster.local",
+        config=None,
+        local_ca=Path("ca"),
+        admin_port=15000,
+        stats_port=15020,
+        readiness_port=15021,
+        log_json=False,
+    )
+    assert settings.accept_http10 is accepted

@@ -123,6 +123,17 @@ def test_without_a_pull_policy_the_cluster_default_is_left() -> None:
     assert env["XDS_ADDRESS"] == env["CA_ADDRESS"] == "istiod.istio-system.svc:15012"
 
 
+def test_the_control_plane_s_pilot_http10_reaches_the_pods_it_deploys() -> None:
+    """istiod's PILOT_HTTP10 turns on accept_http_10 in every proxy; ours is handed to the waypoint's process."""
+
+    def env_of(template: WaypointTemplateSettings) -> dict[str, str | None]:
+        (container,) = rendered(gateway(), template).deployment["spec"]["template"]["spec"]["containers"]
+        return {e["name"]: e.get("value") for e in container["env"]}
+
+    assert "PILOT_HTTP10" not in env_of(WaypointTemplateSettings())
+    assert env_of(WaypointTemplateSettings(http10=True))["PILOT_HTTP10"] == "true"
+
+
 def test_service_ports_follow_the_listeners() -> None:
     gw = gateway()
     gw["spec"]["listeners"] = [

@@ -142,7 +142,7 @@ def test_connect_inside_a_tunnel_is_refused() -> None:
     "raw", [b"PRI * HTTP/2.0\r\n\r\nXX", b"GET / HTTP/2.0\r\nhost: a\r\n\r\n", b"GET / HTTP/0.9\r\n\r\n"]
 )
 def test_a_request_of_another_major_version_is_505(raw: bytes) -> None:
-    server = ServerSide(authority="a:80")
+    server = ServerSide()
     server.receive_data(raw)
     with pytest.raises(HttpProtocolError) as caught:
         drain(server)
@@ -169,12 +169,77 @@ def test_a_request_body_without_framing_goes_upstream_chunked_and_framed_ones_as
     assert b"transfer-encoding" not in bodiless and b"content-length" not in bodiless
 
 
-def test_http10_without_host_takes_the_tunnel_authority() -> None:
-    server = ServerSide(authority="10.0.0.9:80")
+def test_http10_without_host_has_no_authority() -> None:
+    """Envoy's codec hands it on; its connection manager answers it 400 (istiod sets no default host)."""
+    server = ServerSide(accept_http10=True)
     server.receive_data(b"GET / HTTP/1.0\r\n\r\n")
     started = drain(server)[0]
     assert isinstance(started, RequestStarted)
-    assert started.head.authority == "10.0.0.9:80" and started.version == "1.0"
+    assert started.head.authority == "" and started.version == "1.0"
+
+
+@pytest.mark.parametrize("accept", [False, True])
+def test_an_http10_request_is_parsed_like_any_other_and_answered_in_http10_only_when_accepted(accept: bool) -> None:
+    """The codec hands HTTP/1.0 on (refusing it is the connection manager's); its status line says HTTP/1.0 only
+    with accept_http_10, as Envoy's codec writes it; without keep-alive the connection closes after it."""
+    server = ServerSide(accept_http10=accept)
+    server.receive_data(b"GET / HTTP/1.0\r\n\r\n")
+    started = drain(server)[0]
+    assert isinstance(started, RequestStarted) and started.version == "1.0"
+    head = server.send_response(200, [("content-length", "2")])
+    assert head.startswith(b"HTTP/1.0 200 OK\r\n" if accept else b"HTTP/1.1 200 OK\r\n")
+    assert b"connection: close\r\n" in head
+    server.send_body(b"ok")
+    server.end_response()
+    assert not server.next_cycle()
+
+
+def test_an_http10_keep_alive_request_keeps_the_connection_when_its_answer_has_a_length() -> None:
+    server = ServerSide(accept_http10=True)
+    server.receive_data(b"GET /1 HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\nGET /2 HTTP/1.0\r\n\r\n")
+    assert isinstance(drain(server)[0], RequestStarted)
+    head = server.send_response(426, [("content-length", "0")])
+    assert head.startswith(b"HTTP/1.0 426 Upgrade Required\r\n") and b"connection: keep-alive\r\n" in head
+    server.end_response()
+    assert server.next_cycle()
+    second = drain(server)[0]
+    assert isinstance(second, RequestStarted) and second.head.path == "/2"
+    assert b"connection: close\r\n" in server.send_response(200, [("content-length", "0")])
+    server.end_response()
+    assert not server.next_cycle()
+
+
+def test_an_http10_keep_alive_answer_without_a_length_closes_the_connection() -> None:
+    server = ServerSide(accept_http10=True)
+    server.receive_data(b"GET / HTTP/1.0\r\nconnection: keep-alive\r\n\r\n")
+    drain(server)
+    head = server.send_response(200, [("x-a", "1")])  # framed by the close: HTTP/1.0 has no chunks
+    assert b"connection: close\r\n" in head and b"keep-alive" not in head and b"transfer-encoding" not in head
+    assert server.send_body(b"abc") == b"abc"
+    server.end_response()
+    assert not server.next_cycle()
+
+
+def test_a_malformed_http10_head_is_the_codec_s_400() -> None:
+    server = ServerSide()
+    server.receive_data(b"GET / HTTP/1.0\r\nbad header line\r\n\r\n")
+    with pytest.raises(HttpProtocolError) as caught:
+        drain(server)
+    assert caught.value.status == 400
+
+
+def test_http11_is_answered_in_http11_either_way() -> None:
+    for accept in (False, True):
+        server = ServerSide(accept_http10=accept)
+        server.receive_data(b"GET / HTTP/1.1\r\nhost: a\r\n\r\n")
+        assert isinstance(drain(server)[0], RequestStarted)
+        assert server.send_response(204, []).startswith(b"HTTP/1.1 204 No Content\r\n")
+
+
+def test_a_local_answer_without_a_body_has_no_content_type() -> None:
+    raw = simple_response(426, "Upgrade Required", "")
+    assert raw.startswith(b"HTTP/1.1 426 Upgrade Required\r\n") and raw.endswith(b"\r\n\r\n")
+    assert b"content-type" not in raw and b"content-length: 0\r\n" in raw and b"connection: close" in raw
 
 
 def test_expect_100_continue_is_answered_by_the_waypoint() -> None:
@@ -501,7 +566,7 @@ def test_a_response_without_framing_ends_at_eof_and_is_not_kept() -> None:
 
 
 def test_responses_are_framed_for_the_client() -> None:
-    old = ServerSide(authority="a:80")
+    old = ServerSide(accept_http10=True)
     old.receive_data(b"GET / HTTP/1.0\r\n\r\n")
     drain(old)
     head = old.send_response(200, [("x-a", "1")])

@@ -219,7 +219,7 @@ class Written:
 
 
 def _server() -> ServerSide:
-    server = ServerSide(authority="echo.app")
+    server = ServerSide()
     server.receive_data(b"GET / HTTP/1.1\r\nhost: echo.app\r\n\r\n")
     assert isinstance(server.next_event(), RequestStarted)
     return server

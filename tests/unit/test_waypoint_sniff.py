@@ -186,7 +186,7 @@ def _first_event(data: bytes) -> Protocol | HttpProtocolError | RequestStarted |
     preface, else the HTTP/1.1 side's first request or its refusal; None when it would wait for more."""
     if h2_prior_knowledge(data, final=True):
         return Protocol.HTTP2
-    server = ServerSide(8192, authority="web.app.svc.cluster.local:80")
+    server = ServerSide(8192)
     try:
         server.receive_data(data)
         server.receive_data(b"")

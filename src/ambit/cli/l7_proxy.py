@@ -89,7 +89,8 @@ def l7_settings(
     """The settings of a ``role`` ("waypoint" or "gateway") process; a bad flag is a :class:`UsageError` naming it."""
     from ambit.inpod.settings import NodeProxySettingsError, parse_secret_ttl
     from ambit.model.identity import IdentityError, SpiffeId, check_trust_domain
-    from ambit.waypoint.settings import WaypointSettings
+    from ambit.waypoint.errors import WaypointSettingsError
+    from ambit.waypoint.settings import WaypointSettings, accepts_http10
 
     for flag, check in (
         ("--trust-domain", lambda: check_trust_domain(trust_domain)),
@@ -123,6 +124,10 @@ def l7_settings(
         secret_ttl = parse_secret_ttl(None, os.environ)
     except NodeProxySettingsError as exc:
         raise UsageError(str(exc)) from None  # the message names $SECRET_TTL
+    try:
+        accept_http10 = accepts_http10(os.environ)
+    except WaypointSettingsError as exc:
+        raise UsageError(str(exc)) from None  # the message names $PILOT_HTTP10
     for upstream in dns_upstreams:
         try:
             ipaddress.ip_address(upstream)
@@ -153,6 +158,7 @@ def l7_settings(
         log_json=log_json,
         dns_nameservers=dns_upstreams,
         tls_transport="socket" if tls_transport == "socket" else "loop",
+        accept_http10=accept_http10,
     )
 
 

@@ -375,6 +375,16 @@ def controlplane(
         str,
         typer.Option("--crl-configmap", envvar="PILOT_CRL_CONFIGMAP", help="The ConfigMap the CRL is published as."),
     ] = "istio-ca-crl",
+    http10: Annotated[
+        str,
+        typer.Option(
+            "--http10",
+            envvar="PILOT_HTTP10",
+            metavar="true|false",
+            help="Waypoints and gateways serve HTTP/1.0 instead of answering it 426 (istiod's PILOT_HTTP10; set "
+            "in the Deployments this control plane renders).",
+        ),
+    ] = "false",
     max_requests_per_second: Annotated[
         float,
         typer.Option(
@@ -488,6 +498,7 @@ def controlplane(
             param_hint="--kubernetes-api-qps/--kubernetes-api-burst",
         )
     crl_enabled = _env_bool(enable_ca_crl, "--enable-ca-crl (PILOT_ENABLE_CA_CRL)")
+    accept_http10 = _env_bool(http10, "--http10 (PILOT_HTTP10)")
     if not re.fullmatch(r"[a-z0-9]([-.a-z0-9]{0,251}[a-z0-9])?", crl_config_map):
         raise typer.BadParameter(f"expected a ConfigMap name, got {crl_config_map!r}", param_hint="--crl-configmap")
     settings = ControlPlaneSettings(
@@ -515,6 +526,7 @@ def controlplane(
         waypoint_image_pull_policy=waypoint_image_pull_policy,
         revision=revision,
         enable_ca_crl=crl_enabled,
+        http10=accept_http10,
         crl_file=crl_file,
         crl_config_map=crl_config_map,
         kubernetes_api_qps=kubernetes_api_qps,

@@ -181,6 +181,10 @@ class ControlPlaneSettings:
     enable_ca_crl: bool = True
     """Replicate the plug-in CA's CRL (``ca-crl.pem`` next to its files) as ConfigMap ``crl_config_map`` in every
     namespace (istiod's ``PILOT_ENABLE_CA_CRL``; :mod:`ambit.controlplane.ca.crl`)."""
+    http10: bool = False
+    """istiod's ``PILOT_HTTP10``: the waypoints and gateways this control plane deploys serve HTTP/1.0 (Envoy's
+    ``accept_http_10``) instead of answering it 426; handed to their pods as ``PILOT_HTTP10``
+    (:func:`ambit.waypoint.settings.accepts_http10`)."""
     crl_file: Path | None = None
     """The plug-in CA's CRL file; default ``ca-crl.pem`` in the directory of the plug-in CA's files."""
     crl_config_map: str = CRL_CONFIG_MAP
@@ -318,6 +322,7 @@ class ControlPlane:
                 trust_domain=settings.trust_domain,
                 domain=settings.domain,
                 revision=settings.revision,
+                http10=settings.http10,
             )
             self.gateways = GatewayController(
                 client,

@@ -54,6 +54,9 @@ class WaypointContext:
     """An ingress gateway: the edge of the mesh, where the client's address comes from the connection and trusted
     proxies (Envoy's ``use_remote_address``; :mod:`ambit.waypoint.forwarded_for`), and requests leave with
     ``X-Forwarded-For`` and ``X-Envoy-External-Address``."""
+    accept_http10: bool = False
+    """HTTP/1.0 requests are served (Envoy's ``accept_http_10``, which istiod sets with ``PILOT_HTTP10`` or the
+    proxy's ``HTTP10`` metadata); off, they are answered 426 (:mod:`ambit.waypoint.exchange` rule 0)."""
     router: Router = waypoint_route
     """The routing engine (:func:`ambit.waypoint.routing.waypoint_route`); tests put stand-ins here."""
     authorizer: WaypointAuthorizer = field(default_factory=WaypointAuthorizer)

@@ -5,7 +5,14 @@ Theory of operation: the HTTP/1.1 shell (:mod:`ambit.waypoint.http1_proxy`) and 
 client's end of the request (a :class:`~ambit.waypoint.downstream.RequestSide`: the body source and where the
 answer goes) and its version (``RequestStarted.version``). :func:`serve_request`:
 
-0. replaces the client's ``x-forwarded-client-cert`` with what the waypoint verified
+0. answers a request in HTTP/1.0 (any HTTP/1.x but 1.1) ``426 Upgrade Required``, no body and no response flag,
+   before anything else, unless the context accepts HTTP/1.0: Envoy's connection manager does so in
+   ``decodeHeaders`` (details ``low_version``) unless the listener has ``accept_http_10``, which istiod sets only
+   with ``PILOT_HTTP10`` or the proxy's ``HTTP10`` metadata (:func:`ambit.waypoint.settings.accepts_http10`); the
+   connection stays open only for a client that asked to keep it (``connection: keep-alive``). An accepted
+   HTTP/1.0 request without ``Host`` is answered 400, empty (details ``missing_host``: istiod sets no
+   ``default_host_for_http_10``). Then it
+   replaces the client's ``x-forwarded-client-cert`` with what the waypoint verified
    (:func:`ambit.waypoint.client_cert.plan_client_cert`: removed, or the peer's identity when the waypoint's
    Gateway asks for it; an ingress gateway's connection by its mode,
    :func:`~ambit.waypoint.client_cert.plan_forwarded_client_cert`), so authentication, policies, routes and the
@@ -22,7 +29,9 @@ answer goes) and its version (``RequestStarted.version``). :func:`serve_request`
    answered locally (the request body read and dropped first); :class:`~ambit.waypoint.decisions.Forward` goes
    to one endpoint of the backend Service, chosen for this request (so one connection spreads over all
    endpoints);
-2. forwards with :func:`ambit.waypoint.forwarding.forward` (the route's retries and timeouts);
+2. forwards with :func:`ambit.waypoint.forwarding.forward` (the route's retries and timeouts; a gRPC request's
+   deadline is its ``grpc-timeout`` capped by the route's timeout, as Envoy's router takes it with istiod's
+   ``max_grpc_timeout``: :mod:`ambit.waypoint.grpc_timeout`);
 3. answers the route's cluster-not-found code (empty, flag NC: 500 for Gateway API routes, "a route to a missing
    backend answers 500"; 503 for a VirtualService) for a backend Service the state does not know, and 503 ``no
    healthy upstream`` (flag UH) when the backend has no endpoint; a backend naming a
@@ -72,7 +81,7 @@ from collections.abc import Callable
 
 from ambit.model.envoyfilter import HeaderOp
 from ambit.model.metric_overrides import RequestAttributes
-from ambit.model.routes import HeaderModifier
+from ambit.model.routes import HeaderModifier, Timeouts
 from ambit.model.workload import AppProtocol, Service, Workload
 from ambit.proxy.accounting import principal
 from ambit.waypoint.authn import Unauthenticated, plan_authentication
@@ -99,6 +108,7 @@ from ambit.waypoint.dynamic_hosts import judge_name, name_of_host, plan_request
 from ambit.waypoint.envoy_patches import edit_request
 from ambit.waypoint.forwarded_for import edge_headers
 from ambit.waypoint.forwarding import Plan, forward
+from ambit.waypoint.grpc_timeout import grpc_timeouts, is_grpc
 from ambit.waypoint.http1 import BodyData, MessageEnded, RequestStarted, Signal
 from ambit.waypoint.http1_upstream import http1_connector
 from ambit.waypoint.http2_upstream import http2_connector
@@ -143,6 +153,12 @@ async def serve_request(
     """One request (rules 1-3); True when the connection may carry another. The request is copied to the
     route's mirror backends (over HTTP/1.1, :mod:`ambit.waypoint.mirror`), whichever version the client spoke."""
     outcome.head_at = ctx.clock()
+    refusal = _version_refusal(started, accept_http10=ctx.accept_http10)
+    if refusal is not None:
+        keep = await _drain(down, started)
+        await respond(down, refusal[0], (), b"", outcome)  # no body, no flag: Envoy's sendLocalReply(code, "")
+        outcome.error = refusal[1]
+        return keep
     target = tunnel.target
     config = ctx.routes.current
     key = tunnel.service_key
@@ -183,7 +199,8 @@ async def serve_request(
         head = dataclasses.replace(head, headers=edge_headers(head.headers, *edge))
     if patches.filters:  # rule 6: the EnvoyFilters' HTTP filters, after authorization, before routing
         head = edit_request(head, patches.filter_request_ops())
-    plan = Plan(head, response_ops=filter_ops)
+    grpc = is_grpc(head.header("content-type"))  # rule 2: the router's deadline for gRPC (grpc_timeout)
+    plan = Plan(head, timeouts=_timeouts(Timeouts(), head, grpc), response_ops=filter_ops, grpc=grpc)
     cluster_not_found = 500
     if isinstance(target, ServiceTarget) and ctx.routes.is_dynamic(key):
         named = _judge_host(head.authority, target.service)
@@ -268,7 +285,7 @@ async def serve_request(
         plan = Plan(
             request,
             decision.response_headers,
-            decision.timeouts,
+            _timeouts(decision.timeouts, head, grpc),
             decision.retry,
             service,
             port,
@@ -278,6 +295,7 @@ async def serve_request(
             report=_outlier_reporter(ctx, backend, service),
             response_ops=response_ops,
             attempt_count=ctx.edge,
+            grpc=grpc,
         )
         endpoint = None
         if service is not None and ctx.routes.is_dynamic(service.key):  # rule 5
@@ -438,6 +456,21 @@ async def _forward_limited(
         if waiting is not None:
             async with waiting:
                 waiting.notify()
+
+
+def _version_refusal(started: RequestStarted, *, accept_http10: bool) -> tuple[int, str] | None:
+    """Rule 0: the connection manager's answer (status, response details) to an HTTP/1.0 request, if any."""
+    if started.version in ("1.1", "2"):
+        return None
+    if not accept_http10:
+        return (426, "low_version")
+    return None if started.head.authority else (400, "missing_host")
+
+
+def _timeouts(route: Timeouts, head: RequestHead, grpc: bool) -> Timeouts:
+    """Rule 2: a gRPC request's deadline is its ``grpc-timeout`` capped by the route's timeout (istiod's
+    ``max_grpc_timeout``; :mod:`ambit.waypoint.grpc_timeout`), any other request's the route's."""
+    return grpc_timeouts(route, head.headers) if grpc else route
 
 
 async def _drain(down: RequestSide, started: RequestStarted) -> bool:

@@ -81,6 +81,7 @@ from ambit.waypoint.downstream import Downstream, DownstreamGoneError, Outcome, 
 from ambit.waypoint.envoy_patches import apply_header_ops
 from ambit.waypoint.envoy_request_headers import expected_timeout
 from ambit.waypoint.errors import HttpProtocolError
+from ambit.waypoint.grpc_timeout import GRPC_TIMEOUT, format_grpc_timeout
 from ambit.waypoint.http1 import (
     BodyData,
     Event,
@@ -121,6 +122,9 @@ class Plan:
     """Each try's request says which try it is in ``x-envoy-attempt-count`` (1, 2, ...; the client's value
     replaced): Envoy's ``include_request_attempt_count``, which istiod sets on a gateway's virtual hosts and not on a
     waypoint's."""
+    grpc: bool = False
+    """A gRPC request: each try's ``grpc-timeout`` says the time that try has (:mod:`ambit.waypoint.grpc_timeout`
+    rule 5; ``timeouts`` already hold its deadline)."""
 
 
 ATTEMPT_COUNT = "x-envoy-attempt-count"
@@ -423,7 +427,8 @@ class _Exchange:
 
     def _try_request(self) -> RequestHead:
         """The request as this try sends it: with the router's ``x-envoy-attempt-count`` (when the plan asks) and
-        ``x-envoy-expected-rq-timeout-ms`` (when the route has a timeout), any earlier value replaced."""
+        ``x-envoy-expected-rq-timeout-ms`` (when the route has a timeout; for gRPC ``grpc-timeout`` too), any earlier
+        value replaced."""
         request, timeouts = self.plan.request, self.plan.timeouts
         added: list[tuple[str, str]] = []
         if self.plan.attempt_count:
@@ -434,6 +439,8 @@ class _Exchange:
             expected = expected_timeout(timeouts.request, timeouts.backend_request, elapsed)
             if expected is not None:
                 added.append(expected)
+                if self.plan.grpc:  # the router rewrites grpc-timeout to the same time (istiod's max_grpc_timeout)
+                    added.append((GRPC_TIMEOUT, format_grpc_timeout(int(expected[1]))))
         if not added:
             return request
         names = {name for name, _ in added}

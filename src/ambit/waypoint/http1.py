@@ -29,9 +29,15 @@ Rules:
 3. ``CONNECT`` requests inside a tunnel are refused (400): a waypoint routes HTTP requests, it is no proxy for
    further tunnels. A request of another major version than 1 (a broken HTTP/2 preface, ``HTTP/2.0`` or
    ``HTTP/0.9`` in a request line, a version llhttp does not know) is refused 505: only HTTP/1.x is spoken here.
+   A request in any HTTP/1.x but 1.1 (HTTP/1.0, as Envoy's codec calls it) is handed out like any other: refusing
+   it is the connection manager's (:mod:`ambit.waypoint.exchange` rule 0). Its answer has an ``HTTP/1.0`` status
+   line when the side was made with ``accept_http10`` (Envoy's codec writes one only with ``accept_http_10``), an
+   ``HTTP/1.1`` one otherwise (Envoy's 426 to it).
 4. After a message exchange, :meth:`ServerSide.next_cycle` / :meth:`ClientSide.next_cycle` say whether the
    connection may carry another one (keep-alive: HTTP/1.1 on both messages, no ``connection: close``, no body
-   ended by the close), and reset the side for it.
+   ended by the close), and reset the side for it. An HTTP/1.0 request keeps the connection only when its
+   ``Connection`` names ``keep-alive`` and its answer has a length; that answer then says ``connection:
+   keep-alive`` (Envoy's ``HeaderUtility::shouldCloseConnection`` and its connection manager's HTTP/1.0 rule).
 5. An upgrade (``Upgrade`` request answered 101) ends HTTP on both connections: :meth:`ServerSide.switched` and
    :meth:`ClientSide.switched` return the bytes that arrived after the head, and the shell relays raw bytes. An
    upgrade request answered otherwise leaves the connection in HTTP/1.1.
@@ -132,7 +138,7 @@ class ServerSide:
     """The downstream end: parses a client's requests, frames the waypoint's responses."""
 
     __slots__ = (
-        "_authority",
+        "_accept_http10",
         "_body",
         "_failed",
         "_keep",
@@ -148,10 +154,16 @@ class ServerSide:
         "_waiting_100",
     )
 
-    def __init__(self, max_head_bytes: int = MAX_HEAD_BYTES, *, authority: str = "", scheme: str = "http") -> None:
+    def __init__(
+        self,
+        max_head_bytes: int = MAX_HEAD_BYTES,
+        *,
+        scheme: str = "http",
+        accept_http10: bool = False,
+    ) -> None:
         self._reader = MessageReader(response=False, max_head_bytes=max_head_bytes, error=_downstream_error)
-        self._authority = authority
-        """Used as the request's authority when it has no Host (HTTP/1.0): the tunnel's CONNECT authority."""
+        self._accept_http10 = accept_http10
+        """Rule 3: HTTP/1.0 is served here (Envoy's ``accept_http_10``): its answers say ``HTTP/1.0``."""
         self._scheme = scheme
         """Every request's scheme: HTTP/1.1 has none on the wire, so it is the connection's (``https`` over TLS)."""
         self._failed: HttpProtocolError | None = None
@@ -233,13 +245,15 @@ class ServerSide:
         tokens = ",".join(connection)
         upgrade = upgrade_named and "upgrade" in tokens
         self._method, self._version = method, version
-        self._request_keep = version == "1.1" and "close" not in connection_tokens((("connection", tokens),))
+        options = connection_tokens((("connection", tokens),))
+        # Rule 4: HTTP/1.1 keeps the connection unless told to close, anything older only when asked to keep it.
+        self._request_keep = "close" not in options if version == "1.1" else "keep-alive" in options
         self._upgrade_proposed = upgrade
         self._waiting_100 = expect_continue and version == "1.1"
         head = RequestHead(
             method=method,
             path=parsed.target,
-            authority=host or self._authority,
+            authority=host or "",  # none: HTTP/1.0 without Host, which the connection manager refuses 400
             headers=tuple(fields),
             scheme=self._scheme,
         )
@@ -278,7 +292,10 @@ class ServerSide:
             if not keep and "close" not in tokens:
                 fields = [(n, v) for n, v in fields if n != "connection"]
                 fields.append(("connection", ", ".join(sorted((tokens - {"keep-alive"}) | {"close"}))))
-            data = response_head(status, _PHRASES.get(status, reason), fields)
+            elif keep and self._version != "1.1":  # rule 4: an HTTP/1.0 client is told its connection stays
+                fields = [*((n, v) for n, v in fields if n != "connection"), ("connection", "keep-alive")]
+            version = "1.0" if self._version != "1.1" and self._accept_http10 else "1.1"  # rule 3
+            data = response_head(status, _PHRASES.get(status, reason), fields, version)
         except FramingError as exc:
             raise _cannot_send(exc) from None
         self._body, self._keep, self._waiting_100 = writer, keep, False
@@ -340,7 +357,8 @@ def simple_response(status: int, reason: str, body: str, *, close: bool = True) 
     """A complete local answer written without h11: used when h11 refuses to frame anything more (after a
     protocol error), so a malformed request still gets its clean 400 and close."""
     payload = body.encode()
-    fields = finalized([("content-type", "text/plain"), ("content-length", str(len(payload)))])
+    # As Envoy's local replies: a content-type only for a body (its 426 to HTTP/1.0 has none).
+    fields = finalized([*([("content-type", "text/plain")] if payload else []), ("content-length", str(len(payload)))])
     lines = [f"HTTP/1.1 {status} {reason}", *(f"{name}: {value}" for name, value in fields)]
     if close:
         lines.append("connection: close")

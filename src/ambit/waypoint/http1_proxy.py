@@ -20,7 +20,9 @@ request:
 5. A malformed request gets a 400 (an oversized head 431) whose body is the reason phrase (``Bad Request``), flag
    ``DPE``, as Envoy's codec errors are answered; a head not finished within ``head_timeout`` gets 408 ``stream
    timeout`` with flag ``SI`` (Envoy's stream idle timeout). The tunnel is then closed; never a traceback. Any
-   bug here or in the forwarding ends the tunnel with a 500 and a log line.
+   bug here or in the forwarding ends the tunnel with a 500 and a log line. (An HTTP/1.0 request is no codec
+   error: it is parsed, and answered 426 by :func:`~ambit.waypoint.exchange.serve_request` rule 0 unless
+   ``WaypointContext.accept_http10``.)
 6. Authentication and authorization come first (:func:`ambit.waypoint.exchange.serve_request` rule 0): 401 for
    a rejected token, 403 ``RBAC: access denied`` (no response flag, as Envoy's) for a denied request.
 7. Each client request is counted once (``istio_requests_total`` and the histograms, reporter="waypoint"), however
@@ -65,7 +67,9 @@ async def serve_http1(
     """Serve the HTTP/1.1 requests of one tunnel until the client is done or the tunnel must close;
     ``on_first_request`` is called once the first request head is complete (an ingress gateway's admission)."""
     down = Downstream(
-        ctx, stream, ServerSide(ctx.limits.max_head_bytes, authority=tunnel.authority, scheme=tunnel.scheme)
+        ctx,
+        stream,
+        ServerSide(ctx.limits.max_head_bytes, scheme=tunnel.scheme, accept_http10=ctx.accept_http10),
     )
     if prefix:
         down.server.receive_data(prefix)
@@ -163,7 +167,8 @@ async def _exchange(ctx: WaypointContext, tunnel: Tunnel, down: Downstream, star
             with contextlib.suppress(Exception):
                 await down.stream.write(simple_response(500, "Internal Server Error", "internal error\n"))
         keep = False
-    account(ctx, tunnel, head, outcome, ctx.clock() - began, grpc)
+    protocol = "HTTP/1.1" if started.version == "1.1" else "HTTP/1.0"  # the access log's, as Envoy's codec names it
+    account(ctx, tunnel, head, outcome, ctx.clock() - began, grpc, protocol)
     return keep
 
 

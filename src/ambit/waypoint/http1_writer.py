@@ -79,13 +79,14 @@ def request_head(method: str, target: str, headers: Sequence[tuple[str, str]]) -
     return f"{method} {target} HTTP/1.1\r\n".encode("latin-1") + _fields(headers) + b"\r\n"
 
 
-def response_head(status: int, reason: str, headers: Sequence[tuple[str, str]]) -> bytes:
+def response_head(status: int, reason: str, headers: Sequence[tuple[str, str]], version: str = "1.1") -> bytes:
+    """The status line (``HTTP/<version>``) and fields; an illegal status or phrase is a :class:`FramingError`."""
     if not 100 <= status <= 999:
         raise FramingError(f"illegal status {status}")
     phrase = reason.encode("latin-1", "replace")
     if b"\r" in phrase or b"\n" in phrase:
         raise FramingError(f"illegal reason phrase {reason!r}")
-    return b"HTTP/1.1 %d %s\r\n" % (status, phrase) + _fields(headers) + b"\r\n"
+    return b"HTTP/%s %d %s\r\n" % (version.encode("ascii"), status, phrase) + _fields(headers) + b"\r\n"
 
 
 def body_framing(headers: Sequence[tuple[str, str]]) -> tuple[Framing | None, int, list[tuple[str, str]]]:

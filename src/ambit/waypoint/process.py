@@ -187,6 +187,7 @@ class Waypoint:
             # From the control plane, the WaypointConfig lists the Services it carries policies for; a local file
             # has no WaypointConfig, and the workload state alone says what is bound.
             serve_listed_only=bool(settings.xds_address),
+            accept_http10=settings.accept_http10,
         )
         self.xds = (
             XdsClient(

@@ -3,16 +3,25 @@
 :class:`WaypointSettings` says who the waypoint is (its Gateway's name and namespace, service account, pod IP),
 where its configuration comes from (the control plane's xDS and CA, or a local file and a local CA for tests and
 labs), where it listens, and :class:`WaypointLimits`: the bounds that keep a hostile peer's cost bounded.
+
+:func:`accepts_http10` reads the two switches Istio has for HTTP/1.0 from the process's environment: the control
+plane's ``PILOT_HTTP10`` (istiod's; Ambit's control plane hands it to the pods it deploys) and the proxy's own
+metadata ``ISTIO_META_HTTP10``. Either turns on Envoy's ``accept_http_10``, as istiod's listener code reads
+``features.HTTP10 || enableHTTP10(node.Metadata.HTTP10)``: ``PILOT_HTTP10`` is a boolean as Go's
+``strconv.ParseBool`` reads it (anything else is an error naming it), the metadata counts only when it is exactly
+``"1"``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ambit.hbone import liveness
 from ambit.model.identity import DEFAULT_TRUST_DOMAIN, SpiffeId
 from ambit.tls.socket_transport import TlsTransportKind
+from ambit.waypoint.errors import WaypointSettingsError
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +142,9 @@ class WaypointSettings:
     """HBONE's TLS transport, both legs (the listener's connections and the upstream pool's): the event loop's
     (``loop``, memory BIOs) or TLS on the socket itself (``socket``, with the native TLS records when
     :mod:`ambit.native` loads them); :func:`ambit.cli.l7_proxy.l7_settings` picks it from the flag."""
+    accept_http10: bool = False
+    """Serve HTTP/1.0 requests (Envoy's ``accept_http_10``; :func:`accepts_http10`); off, they are answered 426
+    ``Upgrade Required``, as Envoy answers them with istiod's default configuration."""
     limits: WaypointLimits = field(default_factory=WaypointLimits)
 
     @property
@@ -151,3 +163,17 @@ class WaypointSettings:
         if not self.instance_ip:
             return ()
         return tuple(ip for ip in self.instance_ips if ip != self.instance_ip)
+
+
+_GO_TRUE = frozenset(("1", "t", "T", "TRUE", "true", "True"))
+_GO_FALSE = frozenset(("0", "f", "F", "FALSE", "false", "False"))
+"""What Go's ``strconv.ParseBool`` takes (case matters: ``tRuE`` is an error there too)."""
+
+
+def accepts_http10(environ: Mapping[str, str]) -> bool:
+    """Whether HTTP/1.0 is served, from ``PILOT_HTTP10`` and ``ISTIO_META_HTTP10`` (module docstring); a
+    ``PILOT_HTTP10`` that is no boolean raises :class:`WaypointSettingsError` naming it."""
+    pilot = environ.get("PILOT_HTTP10", "")
+    if pilot and pilot not in _GO_TRUE and pilot not in _GO_FALSE:
+        raise WaypointSettingsError(f"PILOT_HTTP10: expected true or false, got {pilot[:64]!r}")
+    return pilot in _GO_TRUE or environ.get("ISTIO_META_HTTP10") == "1"
