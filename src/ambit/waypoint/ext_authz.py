@@ -1,0 +1,193 @@
+"""External authorization (AuthorizationPolicy CUSTOM; Envoy's ``ext_authz`` HTTP filter behind istiod's shadow
+RBAC filter): which requests an external authorizer decides, what it is asked, and what its answer does.
+
+Theory of operation: pure. :class:`CustomPolicies` holds the CUSTOM policies that apply to one destination;
+:meth:`CustomPolicies.step` says, for one request, whether nothing is to be asked, the request is denied outright,
+or which authorizer to ask. :func:`http_check_head` builds the check request for an ``envoyExtAuthzHttp``
+provider, :func:`judge_http_answer` reads its answer, :func:`on_error` says what an authorizer that could not be
+asked means. The shell (:mod:`ambit.waypoint.ext_authz_client`) does the I/O, the exchange
+(:mod:`ambit.waypoint.exchange`) applies the :data:`Verdict`.
+
+Rules:
+
+1. Order (istiod's filter chain): CUSTOM is decided before DENY and ALLOW; a request the authorizer allows then
+   meets the DENY and ALLOW policies as any other.
+2. Trigger: a request is sent to the authorizer only when a rule of an applicable CUSTOM policy matches it (istiod's
+   shadow RBAC filter sets the metadata ``ext_authz`` is enabled by). A dry-run CUSTOM policy triggers it too
+   (istiod's documented limitation: its rules are the RBAC filter's ``rules``, which also set the metadata).
+3. One provider per destination: when the applicable CUSTOM policies name more than one authorizer, istiod (without
+   ``PILOT_ENABLE_MULTIPLE_CUSTOM_AUTHZ_PROVIDERS``, default off) generates deny rules for all of them: a request
+   matching any of their rules is denied 403 ``RBAC: access denied``.
+4. The HTTP check request (Envoy's ``ext_authz_http_impl.cc``): the original method, the path with the provider's
+   ``pathPrefix`` before it, the original ``:authority`` as ``Host``, ``authorization`` and the request headers
+   the provider's ``includeRequestHeadersInCheck`` patterns name (case-insensitive), then its
+   ``includeAdditionalHeadersInCheck`` headers (set, replacing any of the same name), and ``content-length: 0``
+   (no body is sent).
+5. The HTTP answer: 200 allows; the answer headers ``headersToUpstreamOnAllow`` names are set on the request
+   (replacing those of the same name) and those ``headersToDownstreamOnAllow`` names are added to the response. A
+   5xx answer is an error (rule 7). Any other status denies with that status, the authorizer's body and the answer
+   headers ``headersToDownstreamOnDeny`` names, with ``content-length``, ``www-authenticate`` and ``location``
+   always among them; with no list, every answer header but ``host``. Hop-by-hop and framing headers are the
+   waypoint's own (never copied).
+6. A denial carries the response flag ``UAEX`` (Envoy's ``UnauthorizedExternalService``).
+7. An error (the authorizer cannot be reached or resolved, times out after its ``timeout``, answers 5xx, breaks
+   off, or answers more than :data:`MAX_ANSWER_BODY` bytes or :data:`MAX_ANSWER_HEADERS` headers) lets the request
+   through when the provider says ``failOpen``; otherwise it is answered ``statusOnError`` (default 403), empty,
+   flag ``UAEX``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ambit.model.extauthz import ExtAuthzProvider, HeaderPattern, any_matches
+from ambit.model.policy import Action, Policy
+from ambit.rbac import Connection, Request, matching_rule
+from ambit.waypoint.decisions import RequestHead
+
+__all__ = [
+    "MAX_ANSWER_BODY",
+    "MAX_ANSWER_HEADERS",
+    "UAEX",
+    "CheckAllowed",
+    "CheckDenied",
+    "CustomPolicies",
+    "Verdict",
+    "http_check_head",
+    "judge_http_answer",
+    "on_error",
+]
+
+UAEX = "UAEX"
+MAX_ANSWER_BODY = 64 * 1024
+"""Bytes of an authorizer's answer body the waypoint reads (a longer one is an error, rule 7)."""
+MAX_ANSWER_HEADERS = 100
+"""Headers of an authorizer's answer the waypoint takes (more is an error, rule 7)."""
+
+Headers = tuple[tuple[str, str], ...]
+
+_ALWAYS_ASKED = frozenset({"authorization"})
+_ALWAYS_TO_CLIENT = (HeaderPattern("content-length"), HeaderPattern("www-authenticate"), HeaderPattern("location"))
+_OWN = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "transfer-encoding",
+        "upgrade",
+        "te",
+        "trailer",
+        "content-length",
+        "host",
+        ":status",
+        ":path",
+        ":method",
+        ":authority",
+        ":scheme",
+    }
+)
+"""Framing and hop-by-hop headers: the waypoint writes its own (rule 5)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CheckAllowed:
+    upstream: Headers = ()
+    """Set on the forwarded request (rule 5)."""
+    downstream: Headers = ()
+    """Added to the response (rule 5)."""
+    reason: str = ""
+    """Why an error let the request through (rule 7); empty for a real allow."""
+
+
+@dataclass(frozen=True, slots=True)
+class CheckDenied:
+    status: int
+    headers: Headers
+    body: bytes
+    reason: str
+    """For the access log."""
+    flags: str = UAEX
+
+
+Verdict = CheckAllowed | CheckDenied
+
+
+@dataclass(frozen=True, slots=True)
+class DeniedOutright:
+    """Rule 3: the request matched a CUSTOM rule of a destination whose policies name several authorizers."""
+
+    policy: str
+
+
+@dataclass(frozen=True, slots=True)
+class CustomPolicies:
+    """The CUSTOM policies of one destination (rules 2, 3)."""
+
+    policies: tuple[Policy, ...]
+    provider: ExtAuthzProvider | None
+    """The one authorizer they name; None when they name several (rule 3)."""
+
+    @classmethod
+    def of(cls, policies: Iterable[Policy]) -> CustomPolicies | None:
+        custom = tuple(p for p in policies if p.action is Action.CUSTOM and p.ext_authz is not None)
+        if not custom:
+            return None
+        providers = {p.ext_authz for p in custom}
+        return cls(custom, next(iter(providers)) if len(providers) == 1 else None)
+
+    def step(self, conn: Connection, request: Request) -> ExtAuthzProvider | DeniedOutright | None:
+        """The authorizer to ask about ``request``, an outright denial (rule 3), or None: not for an authorizer."""
+        for policy in self.policies:
+            if matching_rule(policy, conn, request) is not None:
+                return self.provider if self.provider is not None else DeniedOutright(policy.key)
+        return None
+
+
+def http_check_head(provider: ExtAuthzProvider, head: RequestHead) -> RequestHead:
+    """The check request for ``head`` (rule 4)."""
+    asked = provider.include_request_headers
+    headers = [
+        (name, value)
+        for name, value in head.headers
+        if name.lower() in _ALWAYS_ASKED or (asked and any_matches(asked, name) and name.lower() not in _OWN)
+    ]
+    if provider.include_additional_headers:
+        added = {name for name, _ in provider.include_additional_headers}
+        headers = [(n, v) for n, v in headers if n.lower() not in added]
+        headers.extend(provider.include_additional_headers)
+    headers.append(("content-length", "0"))
+    return RequestHead(
+        method=head.method, path=provider.path_prefix + head.path, authority=head.authority, headers=tuple(headers)
+    )
+
+
+def _picked(answer: Headers, patterns: tuple[HeaderPattern, ...]) -> Headers:
+    return tuple((n.lower(), v) for n, v in answer if n.lower() not in _OWN and any_matches(patterns, n))
+
+
+def judge_http_answer(provider: ExtAuthzProvider, status: int, headers: Headers, body: bytes) -> Verdict:
+    """What the authorizer's answer means (rules 5-7)."""
+    if status == 200:
+        return CheckAllowed(
+            _picked(headers, provider.headers_to_upstream_on_allow),
+            _picked(headers, provider.headers_to_downstream_on_allow),
+        )
+    if 500 <= status <= 599:
+        return on_error(provider, f"ext_authz_error: the authorizer answered {status}")
+    deny = provider.headers_to_downstream_on_deny
+    if deny:
+        kept = tuple(
+            (n.lower(), v) for n, v in headers if any_matches(deny + _ALWAYS_TO_CLIENT, n) and n.lower() != "host"
+        )
+    else:
+        kept = tuple((n.lower(), v) for n, v in headers if n.lower() != "host")
+    kept = tuple((n, v) for n, v in kept if n not in _OWN)  # the waypoint frames the answer itself
+    return CheckDenied(status, kept, body, f"ext_authz_denied: {provider.name} answered {status}")
+
+
+def on_error(provider: ExtAuthzProvider, reason: str) -> Verdict:
+    """Rule 7."""
+    if provider.fail_open:
+        return CheckAllowed(reason=f"{reason} (failOpen)")
+    return CheckDenied(provider.status_on_error, (), b"", reason)

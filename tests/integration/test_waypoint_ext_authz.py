@@ -1,0 +1,166 @@
+"""AuthorizationPolicy CUSTOM in the waypoint process on loopback: requests matching the policy's rules are checked
+with an HTTP authorizer that behaves as Istio's ``samples/extauthz`` server (allow with ``x-ext-authz: allow``,
+else 403 naming the header), reached through the mesh like any backend (the rig's ``h2c`` Service, HBONE to its
+endpoints); see :mod:`ambit.waypoint.ext_authz`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+from tests.integration.waypoint_rig import (
+    ECHO_VIP,
+    H2C_TARGET_PORT,
+    HttpOverTunnel,
+    Rig,
+    free_port,
+    started_rig,
+)
+
+from ambit.model.extauthz import ExtAuthzProvider, HeaderPattern, ProviderKind
+from ambit.model.policy import Action, Clause, Match, Policy, Rule, Scope, StringMatch
+from ambit.model.routes import WaypointConfig
+from ambit.waypoint.settings import WaypointLimits
+
+LIMITS = WaypointLimits(max_head_bytes=8 * 1024, head_timeout=0.5, sniff_timeout=0.5, startup_wait=5.0)
+DENY_BODY = "denied by ext_authz for not found header `x-ext-authz: allow` in the request"
+
+
+class Authorizer:
+    """The sample's HTTP behaviour, plus ``x-mode: slow`` (answers after 5 s) and ``x-mode: boom`` (500)."""
+
+    def __init__(self) -> None:
+        self.checks: list[tuple[str, str, dict[str, str]]] = []
+
+    async def start(self) -> int:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._check)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
+        await self._runner.setup()
+        port = free_port()
+        await web.TCPSite(self._runner, "127.0.0.1", port).start()
+        return port
+
+    async def _check(self, request: web.Request) -> web.Response:
+        self.checks.append((request.method, request.path_qs, {k.lower(): v for k, v in request.headers.items()}))
+        mode = request.headers.get("x-mode", "")
+        if mode == "slow":
+            await asyncio.sleep(5)
+        if mode == "boom":
+            return web.Response(status=500, text="boom")
+        received = f"{request.method} {request.host}{request.path_qs}"
+        if request.headers.get("x-ext-authz") == "allow":
+            return web.Response(headers={"x-ext-authz-check-result": "allowed", "x-ext-authz-check-received": received})
+        return web.Response(
+            status=403,
+            text=DENY_BODY,
+            headers={"x-ext-authz-check-result": "denied", "x-ext-authz-check-received": received},
+        )
+
+    async def aclose(self) -> None:
+        await self._runner.cleanup()
+
+
+@pytest.fixture
+async def rig(tmp_path: Path) -> AsyncIterator[tuple[Rig, Authorizer]]:
+    authorizer = Authorizer()
+    port = await authorizer.start()
+    try:
+        async with started_rig(tmp_path, LIMITS) as rig:
+            for endpoint in rig.endpoints:  # the h2c Service's endpoints answer on the authorizer
+                endpoint.extra[H2C_TARGET_PORT] = port
+            yield rig, authorizer
+    finally:
+        await authorizer.aclose()
+
+
+def provider(**fields: object) -> ExtAuthzProvider:
+    base: dict[str, object] = {
+        "name": "sample-ext-authz-http",
+        "kind": ProviderKind.HTTP,
+        "service": "app/h2c.app.svc.cluster.local",
+        "port": 80,
+        "path_prefix": "/check",
+        "include_request_headers": (HeaderPattern("x-ext-authz"), HeaderPattern("x-mode")),
+        "headers_to_upstream_on_allow": (HeaderPattern("x-ext-authz-check-result"),),
+        "headers_to_downstream_on_allow": (HeaderPattern("x-ext-authz-check-received"),),
+    }
+    return ExtAuthzProvider(**(base | fields))  # type: ignore[arg-type]
+
+
+def configure(rig: Rig, ext: ExtAuthzProvider, *others: Policy) -> None:
+    rules = (Rule((Clause((Match(paths=(StringMatch.prefix("/echo"),)),)),)),)
+    custom = Policy("ext-authz", "app", Scope.WAYPOINT, Action.CUSTOM, rules, ext_authz=ext)
+    rig.waypoint.context.routes.replace(WaypointConfig("app/waypoint", policies=(custom, *others)))
+
+
+async def call(rig: Rig, path: str, headers: list[tuple[str, str]] | None = None) -> tuple[int, dict[str, str], bytes]:
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    try:
+        return await HttpOverTunnel(stream).request("GET", path, headers=headers)
+    finally:
+        await client.aclose()
+
+
+async def test_the_sample_authorizer_allows_and_denies_by_its_header(
+    rig: tuple[Rig, Authorizer], caplog: pytest.LogCaptureFixture
+) -> None:
+    waypoint, authorizer = rig
+    caplog.set_level("INFO", logger="access")
+    configure(waypoint, provider())
+
+    status, headers, body = await call(waypoint, "/echo?x=1", [("x-ext-authz", "allow"), ("cookie", "c")])
+    assert status == 200
+    echoed = json.loads(body)["headers"]
+    assert echoed["x-ext-authz-check-result"] == "allowed"  # headersToUpstreamOnAllow
+    assert headers["x-ext-authz-check-received"] == "GET echo.app.svc.cluster.local/check/echo?x=1"  # OnAllow down
+    method, path, sent = authorizer.checks[-1]
+    assert (method, path, sent["host"], sent["x-ext-authz"], sent["content-length"]) == (
+        "GET",
+        "/check/echo?x=1",
+        "echo.app.svc.cluster.local",
+        "allow",
+        "0",
+    )
+    assert "cookie" not in sent  # only the headers the provider names
+
+    status, headers, body = await call(waypoint, "/echo", [("x-ext-authz", "deny")])
+    assert (status, body.decode()) == (403, DENY_BODY)
+    assert headers["x-ext-authz-check-result"] == "denied"  # every answer header goes down with a denial
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("request ")]
+    assert any("response_code=403" in line and "response_flags=UAEX" in line for line in lines), lines
+
+
+async def test_requests_outside_the_custom_rules_are_not_checked(rig: tuple[Rig, Authorizer]) -> None:
+    waypoint, authorizer = rig
+    configure(waypoint, provider())
+    status, _, _ = await call(waypoint, "/other")
+    assert status == 404 and authorizer.checks == []  # the echo server has no /other: it was forwarded unchecked
+
+
+async def test_an_allowed_request_still_meets_the_deny_policies(rig: tuple[Rig, Authorizer]) -> None:
+    waypoint, _ = rig
+    deny = Policy("deny-all", "app", Scope.WAYPOINT, Action.DENY, (Rule(),))
+    configure(waypoint, provider(), deny)
+    status, _, body = await call(waypoint, "/echo", [("x-ext-authz", "allow")])
+    assert (status, body) == (403, b"RBAC: access denied")
+
+
+async def test_errors_answer_status_on_error_unless_fail_open(rig: tuple[Rig, Authorizer]) -> None:
+    waypoint, _ = rig
+    configure(waypoint, provider(status_on_error=503))
+    status, _, body = await call(waypoint, "/echo", [("x-ext-authz", "allow"), ("x-mode", "boom")])
+    assert (status, body) == (503, b"")
+    configure(waypoint, provider(timeout=0.3))
+    status, _, body = await call(waypoint, "/echo", [("x-ext-authz", "allow"), ("x-mode", "slow")])
+    assert (status, body) == (403, b"")
+    configure(waypoint, provider(timeout=0.3, fail_open=True))
+    status, _, _ = await call(waypoint, "/echo", [("x-ext-authz", "deny"), ("x-mode", "slow")])
+    assert status == 200  # failOpen: the authorizer's silence lets it through
+    configure(waypoint, provider(service="app/nothing.app.svc.cluster.local"))
+    status, _, _ = await call(waypoint, "/echo", [("x-ext-authz", "allow")])
+    assert status == 403  # nowhere to ask: an error
