@@ -1,7 +1,7 @@
 """AuthorizationPolicy CUSTOM in the waypoint process on loopback: requests matching the policy's rules are checked
 with an HTTP authorizer that behaves as Istio's ``samples/extauthz`` server (allow with ``x-ext-authz: allow``,
 else 403 naming the header), reached through the mesh like any backend (the rig's ``h2c`` Service, HBONE to its
-endpoints); see :mod:`ambit.waypoint.ext_authz`."""
+endpoints); then with a gRPC authorizer, the lab's ``ext-authz`` app; see :mod:`ambit.waypoint.ext_authz`."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from tests.integration.waypoint_rig import (
     started_rig,
 )
 
+from ambit.lab.ext_authz_app import serve
 from ambit.model.extauthz import ExtAuthzProvider, HeaderPattern, ProviderKind
 from ambit.model.policy import Action, Clause, Match, Policy, Rule, Scope, StringMatch
 from ambit.model.routes import WaypointConfig
@@ -164,3 +165,58 @@ async def test_errors_answer_status_on_error_unless_fail_open(rig: tuple[Rig, Au
     configure(waypoint, provider(service="app/nothing.app.svc.cluster.local"))
     status, _, _ = await call(waypoint, "/echo", [("x-ext-authz", "allow")])
     assert status == 403  # nowhere to ask: an error
+
+
+# --- a gRPC provider: the lab's ext-authz app (Istio's sample) as the authorizer ----------------------------------
+
+
+@pytest.fixture
+async def grpc_rig(tmp_path: Path) -> AsyncIterator[Rig]:
+    started: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
+    server = asyncio.create_task(serve(0, 0, host="127.0.0.1", allowed_account="nobody", started=started))
+    try:
+        _, grpc_port = await asyncio.wait_for(started, 10)
+        async with started_rig(tmp_path, LIMITS) as rig:
+            for endpoint in rig.endpoints:
+                endpoint.extra[H2C_TARGET_PORT] = grpc_port
+            yield rig
+    finally:
+        server.cancel()
+        await asyncio.gather(server, return_exceptions=True)
+
+
+def grpc_provider(**fields: object) -> ExtAuthzProvider:
+    base: dict[str, object] = {
+        "name": "sample-ext-authz-grpc",
+        "kind": ProviderKind.GRPC,
+        "service": "h2c.app.svc.cluster.local",
+        "port": 80,
+        "timeout": 5.0,
+    }
+    return ExtAuthzProvider(**(base | fields))  # type: ignore[arg-type]
+
+
+async def test_a_grpc_authorizer_allows_and_denies_as_the_sample(
+    grpc_rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="access")
+    configure(grpc_rig, grpc_provider())
+    status, _, body = await call(grpc_rig, "/echo", [("x-ext-authz", "allow")])
+    assert status == 200
+    echoed = json.loads(body)["headers"]
+    assert echoed["x-ext-authz-check-result"] == "allowed"  # ok_response.headers go upstream
+    assert echoed["x-ext-authz-check-received"] == "GET echo.app.svc.cluster.local/echo"
+
+    status, headers, body = await call(grpc_rig, "/echo", [("x-ext-authz", "no")])
+    assert (status, body.decode()) == (403, DENY_BODY)
+    assert headers["x-ext-authz-check-result"] == "denied"
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("request ")]
+    assert any("response_code=403" in line and "response_flags=UAEX" in line for line in lines), lines
+
+
+async def test_a_grpc_authorizer_that_cannot_answer_is_an_error(grpc_rig: Rig) -> None:
+    configure(grpc_rig, grpc_provider(service="app/nothing.app.svc.cluster.local", status_on_error=502))
+    status, _, body = await call(grpc_rig, "/echo", [("x-ext-authz", "allow")])
+    assert (status, body) == (502, b"")
+    configure(grpc_rig, grpc_provider(service="app/nothing.app.svc.cluster.local", fail_open=True))
+    assert (await call(grpc_rig, "/echo", [("x-ext-authz", "no")]))[0] == 200

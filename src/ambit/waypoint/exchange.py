@@ -139,7 +139,12 @@ def _finalized_by(
 
 
 async def _external_authorization(
-    ctx: WaypointContext, tunnel: Tunnel, custom: CustomPolicies, head: RequestHead, identity: RequestIdentity | None
+    ctx: WaypointContext,
+    tunnel: Tunnel,
+    custom: CustomPolicies,
+    head: RequestHead,
+    identity: RequestIdentity | None,
+    version: str,
 ) -> Verdict | None:
     """The CUSTOM step (:mod:`ambit.waypoint.ext_authz`): None when no CUSTOM rule matches the request."""
     edge = edge_client(ctx, tunnel, head)
@@ -149,7 +154,7 @@ async def _external_authorization(
     if isinstance(step, DeniedOutright):  # rule 3: istiod's deny configs
         reason = f"rbac_access_denied_matched_policy[{step.policy}]: several CUSTOM providers"
         return CheckDenied(403, (), DENIED_BODY, reason, flags="-")
-    verdict = await fetch_verdict(ctx, tunnel, step, head)
+    verdict = await fetch_verdict(ctx, tunnel, step, head, version)
     if isinstance(verdict, CheckAllowed) and verdict.reason:
         log.info("ext_authz: %s", verdict.reason)
     return verdict
@@ -160,8 +165,8 @@ def _allowed_by_authorizer(
 ) -> tuple[RequestHead, tuple[HeaderOp, ...]]:
     """The request with the authorizer's upstream headers set, and the response edits with its downstream ones
     added (ext_authz rule 5)."""
-    if allowed.upstream:
-        names = {name for name, _ in allowed.upstream}
+    if allowed.upstream or allowed.remove:
+        names = {name for name, _ in allowed.upstream} | set(allowed.remove)
         kept = tuple((n, v) for n, v in head.headers if n not in names)
         head = dataclasses.replace(head, headers=kept + allowed.upstream)
     if allowed.downstream:
@@ -207,7 +212,7 @@ async def serve_request(
         identity = None
     custom = ctx.authorizer.custom(config, key)
     if custom is not None:  # CUSTOM before DENY and ALLOW (ext_authz rule 1)
-        checked = await _external_authorization(ctx, tunnel, custom, head, identity)
+        checked = await _external_authorization(ctx, tunnel, custom, head, identity, started.version)
         if isinstance(checked, CheckDenied):
             keep = await _drain(down, started)
             ops, modifier = _finalized_by(ctx, tunnel, arrived, filter_ops)

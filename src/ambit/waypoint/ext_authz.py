@@ -34,6 +34,14 @@ Rules:
    off, or answers more than :data:`MAX_ANSWER_BODY` bytes or :data:`MAX_ANSWER_HEADERS` headers) lets the request
    through when the provider says ``failOpen``; otherwise it is answered ``statusOnError`` (default 403), empty,
    flag ``UAEX``.
+8. A gRPC provider (``envoy.service.auth.v3.Authorization/Check``, :mod:`ambit.waypoint.ext_authz_wire`) is sent
+   the request's method, path, host, scheme, protocol, ``x-request-id`` and every header (the pseudo-headers
+   ``:authority``, ``:method``, ``:path`` among them, as Envoy's header map holds them), and the source and
+   destination peers (address, port, SPIFFE principal). Its ``CheckResponse`` with status OK allows: the
+   ``ok_response`` headers are set on the request, its ``headers_to_remove`` removed (never a pseudo-header or
+   ``host``), its ``response_headers_to_add`` added to the response. Any other status denies with the
+   ``denied_response``'s status (403 when unset), headers and body. A call that fails (a non-OK ``grpc-status``,
+   no message) is an error (rule 7).
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ from ambit.model.extauthz import ExtAuthzProvider, HeaderPattern, any_matches
 from ambit.model.policy import Action, Policy
 from ambit.rbac import Connection, Request, matching_rule
 from ambit.waypoint.decisions import RequestHead
+from ambit.waypoint.ext_authz_wire import CheckAnswer, CheckAttributes
 
 __all__ = [
     "MAX_ANSWER_BODY",
@@ -54,7 +63,9 @@ __all__ = [
     "CheckDenied",
     "CustomPolicies",
     "Verdict",
+    "check_attributes",
     "http_check_head",
+    "judge_grpc_answer",
     "judge_http_answer",
     "on_error",
 ]
@@ -66,7 +77,9 @@ MAX_ANSWER_HEADERS = 100
 """Headers of an authorizer's answer the waypoint takes (more is an error, rule 7)."""
 
 Headers = tuple[tuple[str, str], ...]
+Peers = tuple[tuple[str, int, str], tuple[str, int, str]]
 
+_EVERY = (HeaderPattern("", prefix=True),)
 _ALWAYS_ASKED = frozenset({"authorization"})
 _ALWAYS_TO_CLIENT = (HeaderPattern("content-length"), HeaderPattern("www-authenticate"), HeaderPattern("location"))
 _OWN = frozenset(
@@ -96,6 +109,8 @@ class CheckAllowed:
     """Set on the forwarded request (rule 5)."""
     downstream: Headers = ()
     """Added to the response (rule 5)."""
+    remove: tuple[str, ...] = ()
+    """Removed from the forwarded request (rule 8)."""
     reason: str = ""
     """Why an error let the request through (rule 7); empty for a real allow."""
 
@@ -184,6 +199,44 @@ def judge_http_answer(provider: ExtAuthzProvider, status: int, headers: Headers,
         kept = tuple((n.lower(), v) for n, v in headers if n.lower() != "host")
     kept = tuple((n, v) for n, v in kept if n not in _OWN)  # the waypoint frames the answer itself
     return CheckDenied(status, kept, body, f"ext_authz_denied: {provider.name} answered {status}")
+
+
+def judge_grpc_answer(provider: ExtAuthzProvider, answer: CheckAnswer) -> Verdict:
+    """What a ``CheckResponse`` means (rule 8)."""
+    if answer.code == 0:
+        return CheckAllowed(
+            _picked(answer.ok_headers, _EVERY),
+            _picked(answer.ok_response_headers, _EVERY),
+            tuple(n.lower() for n in answer.ok_headers_to_remove if n.lower() not in _OWN),
+        )
+    status = answer.denied_status if 100 <= answer.denied_status <= 599 else 403
+    headers = tuple((n.lower(), v) for n, v in answer.denied_headers if n.lower() not in _OWN)
+    body = answer.denied_body.encode("utf-8")
+    return CheckDenied(status, headers, body, f"ext_authz_denied: {provider.name} answered status {answer.code}")
+
+
+def check_attributes(head: RequestHead, protocol: str, peers: Peers) -> CheckAttributes:
+    """The ``AttributeContext`` of ``head`` (rule 8); ``peers`` are (address, port, principal) of the source and
+    the destination."""
+    length = head.header("content-length")
+    pseudo = ((":authority", head.authority), (":method", head.method), (":path", head.path))
+    (source_ip, source_port, source_id), (dest_ip, dest_port, dest_id) = peers
+    return CheckAttributes(
+        method=head.method,
+        path=head.path,
+        host=head.authority,
+        headers=pseudo + head.headers,
+        request_id=head.header("x-request-id") or "",
+        scheme=head.scheme,
+        protocol=protocol,
+        size=int(length) if length is not None and length.isdigit() and len(length) < 19 else -1,
+        source_address=source_ip,
+        source_port=source_port,
+        source_principal=source_id,
+        destination_address=dest_ip,
+        destination_port=dest_port,
+        destination_principal=dest_id,
+    )
 
 
 def on_error(provider: ExtAuthzProvider, reason: str) -> Verdict:

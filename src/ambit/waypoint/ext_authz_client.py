@@ -4,17 +4,20 @@ Theory of operation: :func:`fetch_verdict` finds the provider's service in the w
 ``service``: ``namespace/hostname`` or a hostname), picks one of its endpoints as the waypoint picks any backend's
 (:attr:`~ambit.waypoint.context.WaypointContext.pick`), and asks it on the same kind of kept upstream connection a
 forwarded request uses: through the mesh (HBONE) to a captured endpoint, plain otherwise. An HTTP provider gets an
-HTTP/1.1 request (:func:`~ambit.waypoint.ext_authz.http_check_head`), a gRPC provider an HTTP/2 call
-(:mod:`ambit.waypoint.ext_authz_grpc`). The whole exchange, connecting included, is bounded by the provider's
-``timeout``; any failure is turned into the provider's error verdict (:func:`~ambit.waypoint.ext_authz.on_error`),
-never raised.
+HTTP/1.1 request (:func:`~ambit.waypoint.ext_authz.http_check_head`); a gRPC provider a unary HTTP/2 call
+``envoy.service.auth.v3.Authorization/Check`` (:mod:`ambit.waypoint.ext_authz_wire`) on the waypoint's shared
+HTTP/2 sessions to the endpoint (:mod:`ambit.waypoint.http2_upstream`). The whole exchange, connecting included,
+is bounded by the provider's ``timeout``; any failure is turned into the provider's error verdict
+(:func:`~ambit.waypoint.ext_authz.on_error`), never raised.
 
 Rules:
 
 1. A service the state does not know, or one without an endpoint, is an error (rule 7 of
    :mod:`ambit.waypoint.ext_authz`): the waypoint has nowhere to ask.
 2. The answer is read whole, within the bounds of rule 7 there; the connection is kept for the next check only
-   when the exchange ended cleanly.
+   when the exchange ended cleanly (an HTTP/2 stream is reset when it did not).
+3. A gRPC call carries ``grpc-timeout`` (the provider's timeout), one message each way; a non-OK ``grpc-status``,
+   no message or more than one, or a message :mod:`ambit.waypoint.ext_authz_wire` cannot read is an error.
 """
 
 from __future__ import annotations
@@ -23,20 +26,28 @@ import asyncio
 import logging
 
 from ambit.errors import AmbitError
+from ambit.hbone.errors import HboneError
+from ambit.hbone.grpc_calls import MessageReader, call_status, encode_message, request_headers
 from ambit.model.extauthz import ExtAuthzProvider, ProviderKind
+from ambit.waypoint.authorization import connection_of
 from ambit.waypoint.context import Tunnel, WaypointContext
 from ambit.waypoint.decisions import RequestHead
 from ambit.waypoint.destinations import Endpoint
 from ambit.waypoint.ext_authz import (
     MAX_ANSWER_BODY,
     MAX_ANSWER_HEADERS,
+    Peers,
     Verdict,
+    check_attributes,
     http_check_head,
+    judge_grpc_answer,
     judge_http_answer,
     on_error,
 )
+from ambit.waypoint.ext_authz_wire import ExtAuthzWireError, decode_check_response, encode_check_request
 from ambit.waypoint.http1 import BodyData, MessageEnded, Signal
 from ambit.waypoint.http1_events import ResponseStarted
+from ambit.waypoint.http2_upstream import http2_connector
 
 log = logging.getLogger("ambit.waypoint.ext_authz")
 
@@ -57,7 +68,7 @@ def find_authorizer(ctx: WaypointContext, provider: ExtAuthzProvider) -> Endpoin
 
 
 async def fetch_verdict(
-    ctx: WaypointContext, tunnel: Tunnel, provider: ExtAuthzProvider, head: RequestHead, attributes: object = None
+    ctx: WaypointContext, tunnel: Tunnel, provider: ExtAuthzProvider, head: RequestHead, version: str = "1.1"
 ) -> Verdict:
     """Ask ``provider`` about ``head`` (rules 1-2); every failure is the provider's error verdict."""
     endpoint = find_authorizer(ctx, provider)
@@ -66,11 +77,11 @@ async def fetch_verdict(
     try:
         async with asyncio.timeout(provider.timeout):
             if provider.kind is ProviderKind.GRPC:
-                return on_error(provider, "ext_authz_error: gRPC providers are not supported yet")
+                return await _grpc_check(ctx, tunnel, endpoint, provider, head, version)
             return await _http_check(ctx, tunnel, endpoint, provider, head)
     except TimeoutError:
         return on_error(provider, f"ext_authz_error: {provider.name} did not answer within {provider.timeout:g}s")
-    except (AmbitError, OSError) as exc:
+    except (AmbitError, HboneError, OSError) as exc:
         return on_error(provider, f"ext_authz_error: {provider.name}: {exc}")
 
 
@@ -109,3 +120,78 @@ async def _http_check(
         else:
             up.discard()
     return judge_http_answer(provider, status, headers, b"".join(chunks))
+
+
+CHECK_PATH = "/envoy.service.auth.v3.Authorization/Check"
+
+
+def _peers(ctx: WaypointContext, tunnel: Tunnel) -> Peers:
+    """(address, port, principal) of the source (the tunnel's peer) and the destination (what it addressed, the
+    waypoint's own identity), as Envoy fills ``AttributeContext.source`` and ``destination``."""
+    source_ip, _, source_port = tunnel.peer_addr.rpartition(":")
+    conn = connection_of(tunnel)
+    return (
+        (source_ip.strip("[]"), int(source_port) if source_port.isdigit() else 0, str(tunnel.peer_identity or "")),
+        (str(conn.destination_ip), conn.destination_port, str(ctx.identity or "")),
+    )
+
+
+async def _grpc_check(
+    ctx: WaypointContext,
+    tunnel: Tunnel,
+    endpoint: Endpoint,
+    provider: ExtAuthzProvider,
+    head: RequestHead,
+    version: str,
+) -> Verdict:
+    protocol = "HTTP/2" if version == "2" else f"HTTP/{version}"
+    payload = encode_check_request(check_attributes(head, protocol, _peers(ctx, tunnel)))
+    host, _ = provider.host_and_namespace
+    call = RequestHead(
+        "POST",
+        CHECK_PATH,
+        f"{host}:{provider.port}",
+        tuple(request_headers(CHECK_PATH, timeout=provider.timeout)),
+    )
+    up = await http2_connector(ctx, tunnel)(endpoint, False)
+    done = False
+    try:
+        await up.send_request(call, body=True)
+        await up.send_body(encode_message(payload))
+        await up.end_request()
+        reader = MessageReader(MAX_ANSWER_BODY)
+        messages: list[bytes] = []
+        http_status = 0
+        fields: tuple[tuple[str, str], ...] = ()
+        trailers: tuple[tuple[str, str], ...] = ()
+        while True:
+            event = await up.next_event()
+            if isinstance(event, ResponseStarted):
+                if len(event.headers) > MAX_ANSWER_HEADERS:
+                    raise _AnswerError(f"more than {MAX_ANSWER_HEADERS} headers in the answer")
+                http_status, fields = event.status, event.headers
+            elif isinstance(event, BodyData):
+                messages.extend(reader.feed(event.data))
+                if len(messages) > 1:
+                    raise _AnswerError("more than one message in a unary answer")
+            elif isinstance(event, MessageEnded):
+                trailers = event.trailers
+                break
+            elif event in (Signal.CLOSED, Signal.PAUSED):
+                raise _AnswerError("the authorizer closed before answering")
+        done = True
+    finally:
+        if done:
+            up.finish(ctx.clock())
+        else:
+            up.abort()
+    status = call_status(trailers or fields, http_status)
+    if not status.ok:
+        return on_error(provider, f"ext_authz_error: {provider.name}: the call failed: {status}")
+    if len(messages) != 1:
+        return on_error(provider, f"ext_authz_error: {provider.name}: no answer message")
+    try:
+        answer = decode_check_response(messages[0])
+    except ExtAuthzWireError as exc:
+        return on_error(provider, f"ext_authz_error: {provider.name}: {exc}")
+    return judge_grpc_answer(provider, answer)
