@@ -12,9 +12,11 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.unit.test_translate_waypoint_policies import _objects
 
 from ambit.api import waypoint_pb2 as pb
 from ambit.controlplane.translate import extension_providers as ep
+from ambit.controlplane.translate import translate_all
 from ambit.controlplane.translate.meshconfig import (
     MeshConfigError,
     MeshConfigMemo,
@@ -457,3 +459,38 @@ def test_errors_give_status_on_error_or_pass_with_fail_open() -> None:
     assert on_error(provider(status_on_error=500), "boom") == CheckDenied(500, (), b"", "boom")
     opened = judge_http_answer(provider(fail_open=True), 500, (), b"")
     assert isinstance(opened, CheckAllowed) and opened.upstream == () and "failOpen" in opened.reason
+
+
+def test_an_allowing_answer_may_name_request_headers_to_remove_but_not_host() -> None:
+    answer = (("x-envoy-auth-headers-to-remove", "Authorization, x-token"), ("x-envoy-auth-headers-to-remove", "host"))
+    allowed = judge_http_answer(provider(), 200, answer, b"")
+    assert isinstance(allowed, CheckAllowed) and allowed.remove == ("authorization", "x-token")
+
+
+# --- delivery through translate_all -------------------------------------------------------------------------------
+
+
+def test_the_mesh_config_map_providers_reach_the_waypoint_with_the_custom_policy() -> None:
+    objects = _objects()
+    objects["authorization_policies"] = [
+        {
+            "metadata": {"name": "ext-authz", "namespace": "app"},
+            "spec": {
+                "targetRefs": [{**GATEWAY}],
+                "action": "CUSTOM",
+                "provider": {"name": "sample-ext-authz-http"},
+                "rules": [{"to": [{"operation": {"paths": ["/headers"]}}]}],
+            },
+        }
+    ]
+    mesh = {"metadata": {"name": "istio", "namespace": "istio-system"}, "data": {"mesh": SAMPLE_MESH}}
+    translation = translate_all(pods=[], endpoint_slices=[], config_maps=[mesh], **objects)  # type: ignore[arg-type]
+    (config,) = translation.waypoint_configs
+    (policy,) = config.policies
+    assert (policy.key, policy.action, policy.ext_authz) == ("app/ext-authz", Action.CUSTOM, PROVIDERS[0])
+    (status,) = translation.waypoint_policy_status
+    assert (status.accepted, status.message) == (True, "bound to app/waypoint")
+
+    without = translate_all(pods=[], endpoint_slices=[], **objects)  # type: ignore[arg-type]
+    (config,) = without.waypoint_configs
+    assert config.policies[0].action is Action.DENY  # no such provider: istiod's deny config

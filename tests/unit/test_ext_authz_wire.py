@@ -264,3 +264,16 @@ def test_the_lab_runs_the_app() -> None:
         [sys.executable, "-m", "ambit.lab.apps", "ext-authz", "--help"], capture_output=True, text=True, check=True
     )
     assert "--http" in out.stdout and "--grpc" in out.stdout
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        CheckAnswer(0, ok_headers=(("x-a", "1\r\nx-b: 2"),)),
+        CheckAnswer(0, ok_response_headers=(("bad name", "1"),)),
+        CheckAnswer(7, denied_headers=(("x-a", "\x00"),)),
+    ],
+)
+def test_an_answer_header_that_could_split_a_head_is_an_error(answer: CheckAnswer) -> None:
+    verdict = judge_grpc_answer(GRPC, answer)
+    assert isinstance(verdict, CheckDenied) and verdict.status == 403 and "invalid header" in verdict.reason

@@ -41,21 +41,28 @@ Rules:
    ``ok_response`` headers are set on the request, its ``headers_to_remove`` removed (never a pseudo-header or
    ``host``), its ``response_headers_to_add`` added to the response. Any other status denies with the
    ``denied_response``'s status (403 when unset), headers and body. A call that fails (a non-OK ``grpc-status``,
-   no message) is an error (rule 7).
+   no message) is an error (rule 7), and so is an answer header whose name is not an HTTP token or whose value
+   holds a control character (it could not be written, or would split a head).
+9. An HTTP authorizer's allowing answer may name, in ``x-envoy-auth-headers-to-remove`` (comma-separated), request
+   headers to remove before forwarding (Envoy's HTTP form of ``headers_to_remove``); never a pseudo-header or
+   ``host``.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ambit.model.extauthz import ExtAuthzProvider, HeaderPattern, any_matches
+from ambit.model.field_names import is_token
 from ambit.model.policy import Action, Policy
 from ambit.rbac import Connection, Request, matching_rule
 from ambit.waypoint.decisions import RequestHead
 from ambit.waypoint.ext_authz_wire import CheckAnswer, CheckAttributes
 
 __all__ = [
+    "HEADERS_TO_REMOVE",
     "MAX_ANSWER_BODY",
     "MAX_ANSWER_HEADERS",
     "UAEX",
@@ -71,6 +78,7 @@ __all__ = [
 ]
 
 UAEX = "UAEX"
+HEADERS_TO_REMOVE = "x-envoy-auth-headers-to-remove"
 MAX_ANSWER_BODY = 64 * 1024
 """Bytes of an authorizer's answer body the waypoint reads (a longer one is an error, rule 7)."""
 MAX_ANSWER_HEADERS = 100
@@ -80,6 +88,7 @@ Headers = tuple[tuple[str, str], ...]
 Peers = tuple[tuple[str, int, str], tuple[str, int, str]]
 
 _EVERY = (HeaderPattern("", prefix=True),)
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _ALWAYS_ASKED = frozenset({"authorization"})
 _ALWAYS_TO_CLIENT = (HeaderPattern("content-length"), HeaderPattern("www-authenticate"), HeaderPattern("location"))
 _OWN = frozenset(
@@ -184,9 +193,11 @@ def _picked(answer: Headers, patterns: tuple[HeaderPattern, ...]) -> Headers:
 def judge_http_answer(provider: ExtAuthzProvider, status: int, headers: Headers, body: bytes) -> Verdict:
     """What the authorizer's answer means (rules 5-7)."""
     if status == 200:
+        remove = ",".join(v for n, v in headers if n.lower() == HEADERS_TO_REMOVE)
         return CheckAllowed(
             _picked(headers, provider.headers_to_upstream_on_allow),
             _picked(headers, provider.headers_to_downstream_on_allow),
+            tuple(n for n in (part.strip().lower() for part in remove.split(",")) if n and n not in _OWN),
         )
     if 500 <= status <= 599:
         return on_error(provider, f"ext_authz_error: the authorizer answered {status}")
@@ -203,6 +214,10 @@ def judge_http_answer(provider: ExtAuthzProvider, status: int, headers: Headers,
 
 def judge_grpc_answer(provider: ExtAuthzProvider, answer: CheckAnswer) -> Verdict:
     """What a ``CheckResponse`` means (rule 8)."""
+    every = (*answer.ok_headers, *answer.ok_response_headers, *answer.denied_headers)
+    bad = next((n for n, v in every if not is_token(n.removeprefix(":")) or _CONTROL.search(v)), None)
+    if bad is not None:
+        return on_error(provider, f"ext_authz_error: {provider.name} answered an invalid header {bad[:64]!r}")
     if answer.code == 0:
         return CheckAllowed(
             _picked(answer.ok_headers, _EVERY),
