@@ -6,6 +6,7 @@ endpoints); then with a gRPC authorizer, the lab's ``ext-authz`` app; see :mod:`
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -36,6 +37,7 @@ class Authorizer:
 
     def __init__(self) -> None:
         self.checks: list[tuple[str, str, dict[str, str]]] = []
+        self.bodies: list[bytes] = []
 
     async def start(self) -> int:
         app = web.Application()
@@ -48,6 +50,7 @@ class Authorizer:
 
     async def _check(self, request: web.Request) -> web.Response:
         self.checks.append((request.method, request.path_qs, {k.lower(): v for k, v in request.headers.items()}))
+        self.bodies.append(await request.read())
         mode = request.headers.get("x-mode", "")
         if mode == "slow":
             await asyncio.sleep(5)
@@ -99,10 +102,12 @@ def configure(rig: Rig, ext: ExtAuthzProvider, *others: Policy) -> None:
     rig.waypoint.context.routes.replace(WaypointConfig("app/waypoint", policies=(custom, *others)))
 
 
-async def call(rig: Rig, path: str, headers: list[tuple[str, str]] | None = None) -> tuple[int, dict[str, str], bytes]:
+async def call(
+    rig: Rig, path: str, headers: list[tuple[str, str]] | None = None, body: bytes = b""
+) -> tuple[int, dict[str, str], bytes]:
     client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
     try:
-        return await HttpOverTunnel(stream).request("GET", path, headers=headers)
+        return await HttpOverTunnel(stream).request("POST" if body else "GET", path, body, headers=headers)
     finally:
         await client.aclose()
 
@@ -165,6 +170,28 @@ async def test_errors_answer_status_on_error_unless_fail_open(rig: tuple[Rig, Au
     configure(waypoint, provider(service="app/nothing.app.svc.cluster.local"))
     status, _, _ = await call(waypoint, "/echo", [("x-ext-authz", "allow")])
     assert status == 403  # nowhere to ask: an error
+
+
+async def test_the_body_goes_to_the_authorizer_and_on_to_the_backend_whole(rig: tuple[Rig, Authorizer]) -> None:
+    """includeRequestBodyInCheck: the body read ahead for the check is handed on untouched."""
+    waypoint, authorizer = rig
+    allow = [("x-ext-authz", "allow")]
+    configure(waypoint, provider(max_request_bytes=16))
+    status, _, body = await call(waypoint, "/echo", allow, b"hello")
+    assert status == 200 and json.loads(body)["sha256"] == hashlib.sha256(b"hello").hexdigest()
+    assert authorizer.bodies[-1] == b"hello"
+    assert authorizer.checks[-1][2]["x-envoy-auth-partial-body"] == "false"
+
+    long = bytes(range(100))
+    checks = len(authorizer.checks)
+    status, _, body = await call(waypoint, "/echo", allow, long)
+    assert (status, body, len(authorizer.checks)) == (413, b"Payload Too Large", checks)  # not asked
+
+    configure(waypoint, provider(max_request_bytes=16, allow_partial_message=True))
+    status, _, body = await call(waypoint, "/echo", allow, long)
+    assert status == 200 and json.loads(body)["sha256"] == hashlib.sha256(long).hexdigest()
+    assert authorizer.bodies[-1] == long[:16]
+    assert authorizer.checks[-1][2]["x-envoy-auth-partial-body"] == "true"
 
 
 # --- a gRPC provider: the lab's ext-authz app (Istio's sample) as the authorizer ----------------------------------

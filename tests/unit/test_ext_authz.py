@@ -29,7 +29,7 @@ from ambit.controlplane.translate.waypoint_policies import (
     translate_selected_policy,
     translate_waypoint_policy,
 )
-from ambit.model.extauthz import ExtAuthzProvider, HeaderPattern, ProviderKind
+from ambit.model.extauthz import MAX_CHECK_BODY, ExtAuthzProvider, HeaderPattern, ProviderKind
 from ambit.model.policy import Action, Clause, Match, Policy, Rule, Scope, StringMatch
 from ambit.rbac import Connection, Request
 from ambit.waypoint.decisions import RequestHead
@@ -42,6 +42,8 @@ from ambit.waypoint.ext_authz import (
     judge_http_answer,
     on_error,
 )
+from ambit.waypoint.ext_authz_body import ReplayingSide, read_ahead
+from ambit.waypoint.http1 import BodyData, Event, MessageEnded, Signal
 from ambit.xds.authorization import PolicyReader
 from ambit.xds.errors import XdsConversionError
 from ambit.xds.waypoint_policies import waypoint_policy_from_proto, waypoint_policy_to_proto
@@ -320,6 +322,9 @@ def test_a_custom_policy_round_trips_over_the_wire() -> None:
         headers_to_upstream_on_allow=(HeaderPattern("-user", suffix=True),),
         headers_to_downstream_on_deny=(HeaderPattern("x-reason"),),
         headers_to_downstream_on_allow=(HeaderPattern("set-cookie"),),
+        max_request_bytes=8192,
+        allow_partial_message=True,
+        pack_as_bytes=True,
     )
     policy = Policy("p", "ns", Scope.WAYPOINT, Action.CUSTOM, (Rule(),), ext_authz=full)
     assert waypoint_policy_from_proto(PolicyReader("w"), "p", waypoint_policy_to_proto(policy)) == policy
@@ -344,6 +349,7 @@ def test_a_custom_policy_round_trips_over_the_wire() -> None:
             "include_additional_headers[0].value",
         ),
         (lambda m: setattr(m, "action", pb.POLICY_ACTION_DENY), "only a CUSTOM policy"),
+        (lambda m: setattr(m.ext_authz, "max_request_bytes", MAX_CHECK_BODY + 1), "ext_authz.max_request_bytes"),
     ],
 )
 def test_a_bad_authorizer_on_the_wire_is_refused_naming_the_field(edit: Any, problem: str) -> None:
@@ -494,3 +500,61 @@ def test_the_mesh_config_map_providers_reach_the_waypoint_with_the_custom_policy
     without = translate_all(pods=[], endpoint_slices=[], **objects)  # type: ignore[arg-type]
     (config,) = without.waypoint_configs
     assert config.policies[0].action is Action.DENY  # no such provider: istiod's deny config
+
+
+# --- the body in the check ----------------------------------------------------------------------------------------
+
+
+def test_include_request_body_in_check_is_read_and_bounded() -> None:
+    body = {"maxRequestBytes": 5_000_000, "allowPartialMessage": True, "packAsBytes": True}
+    (p,) = parse_mesh_config(
+        mesh_with({"name": "a", "envoyExtAuthzGrpc": {"service": "a", "port": 1, "includeRequestBodyInCheck": body}})
+    ).ext_authz_providers
+    assert (p.max_request_bytes, p.allow_partial_message, p.pack_as_bytes) == (MAX_CHECK_BODY, True, True)
+    for bad in ({}, {"maxRequestBytes": 0}, {"maxRequestBytes": "x"}, {"maxRequestBytes": 1, "packAsBytes": "y"}, 3):
+        entry = {"name": "a", "envoyExtAuthzHttp": {"service": "a", "port": 1, "includeRequestBodyInCheck": bad}}
+        with pytest.raises(MeshConfigError, match="includeRequestBodyInCheck"):
+            parse_mesh_config(mesh_with(entry))
+
+
+def test_a_check_with_a_body_says_its_length_and_whether_it_was_cut() -> None:
+    head = RequestHead("POST", "/p", "h", (("content-length", "100"),))
+    check = http_check_head(provider(max_request_bytes=4), head, b"abcd", partial=True)
+    assert check.headers == (("x-envoy-auth-partial-body", "true"), ("content-length", "4"))
+
+
+class Side:
+    """A client's side that hands out scripted events (and counts 100-continue prompts)."""
+
+    def __init__(self, *events: Event) -> None:
+        self.events = list(events)
+        self.continued = 0
+
+    async def next_event(self, *, head: bool = False) -> Event:
+        return self.events.pop(0)
+
+    async def continue_if_waited(self) -> None:
+        self.continued += 1
+
+
+async def drain(side: ReplayingSide) -> list[Event]:
+    out = []
+    while True:
+        event = await side.next_event()
+        out.append(event)
+        if not isinstance(event, BodyData):
+            return out
+
+
+async def test_read_ahead_hands_every_event_on_in_order() -> None:
+    events: list[Event] = [BodyData(b"abc"), BodyData(b"defgh"), BodyData(b"ij"), MessageEnded((("t", "1"),))]
+    client = Side(*events)
+    ahead = await read_ahead(client, 6)  # type: ignore[arg-type]
+    assert (ahead.body, ahead.longer, client.continued) == (b"abcdef", True, 1)
+    assert await drain(ahead.side) == events
+
+    whole = await read_ahead(Side(BodyData(b"abc"), MessageEnded()), 3)  # type: ignore[arg-type]
+    assert (whole.body, whole.longer) == (b"abc", False)
+
+    broken = await read_ahead(Side(BodyData(b"ab"), Signal.CLOSED), 10)  # type: ignore[arg-type]
+    assert broken.body == b"ab" and await drain(broken.side) == [BodyData(b"ab"), Signal.CLOSED]

@@ -40,7 +40,7 @@ message Address { SocketAddress socket_address = 1; }
 message Peer { Address address = 1; string service = 2; string principal = 4; }
 message HttpRequest {
   string id = 1; string method = 2; map<string, string> headers = 3; string path = 4; string host = 5;
-  string scheme = 6; int64 size = 9; string protocol = 10;
+  string scheme = 6; int64 size = 9; string protocol = 10; string body = 11; bytes raw_body = 12;
 }
 message Request { HttpRequest http = 2; }
 message AttributeContext { Peer source = 1; Peer destination = 2; Request request = 4; }
@@ -277,3 +277,12 @@ def test_the_lab_runs_the_app() -> None:
 def test_an_answer_header_that_could_split_a_head_is_an_error(answer: CheckAnswer) -> None:
     verdict = judge_grpc_answer(GRPC, answer)
     assert isinstance(verdict, CheckDenied) and verdict.status == 403 and "invalid header" in verdict.reason
+
+
+def test_the_body_goes_in_body_or_raw_body(ref: ModuleType) -> None:
+    text = CheckAttributes("POST", "/", "h", (), body=b"hello")
+    assert ref.CheckRequest.FromString(encode_check_request(text)).attributes.request.http.body == "hello"
+    raw = CheckAttributes("POST", "/", "h", (), body=b"\xff\x00", raw_body=True)
+    http = ref.CheckRequest.FromString(encode_check_request(raw)).attributes.request.http
+    assert (http.raw_body, http.body) == (b"\xff\x00", "")
+    assert decode_check_request(encode_check_request(raw)) == raw

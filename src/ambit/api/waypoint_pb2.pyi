@@ -221,7 +221,7 @@ class WaypointPolicy(_message.Message):
     def __init__(self, name: _Optional[str] = ..., namespace: _Optional[str] = ..., scope: _Optional[_Union[PolicyScope, str]] = ..., action: _Optional[_Union[PolicyAction, str]] = ..., rules: _Optional[_Iterable[_Union[PolicyRule, _Mapping]]] = ..., dry_run: _Optional[bool] = ..., services: _Optional[_Iterable[str]] = ..., ext_authz: _Optional[_Union[ExtAuthzProvider, _Mapping]] = ...) -> None: ...
 
 class ExtAuthzProvider(_message.Message):
-    __slots__ = ("name", "kind", "service", "port", "timeout_ms", "fail_open", "status_on_error", "path_prefix", "include_request_headers", "include_additional_headers", "headers_to_upstream_on_allow", "headers_to_downstream_on_deny", "headers_to_downstream_on_allow")
+    __slots__ = ("name", "kind", "service", "port", "timeout_ms", "fail_open", "status_on_error", "path_prefix", "include_request_headers", "include_additional_headers", "headers_to_upstream_on_allow", "headers_to_downstream_on_deny", "headers_to_downstream_on_allow", "max_request_bytes", "allow_partial_message", "pack_as_bytes")
     NAME_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     SERVICE_FIELD_NUMBER: _ClassVar[int]
@@ -235,6 +235,9 @@ class ExtAuthzProvider(_message.Message):
     HEADERS_TO_UPSTREAM_ON_ALLOW_FIELD_NUMBER: _ClassVar[int]
     HEADERS_TO_DOWNSTREAM_ON_DENY_FIELD_NUMBER: _ClassVar[int]
     HEADERS_TO_DOWNSTREAM_ON_ALLOW_FIELD_NUMBER: _ClassVar[int]
+    MAX_REQUEST_BYTES_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_PARTIAL_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    PACK_AS_BYTES_FIELD_NUMBER: _ClassVar[int]
     name: str
     kind: ExtAuthzKind
     service: str
@@ -248,7 +251,10 @@ class ExtAuthzProvider(_message.Message):
     headers_to_upstream_on_allow: _containers.RepeatedScalarFieldContainer[str]
     headers_to_downstream_on_deny: _containers.RepeatedScalarFieldContainer[str]
     headers_to_downstream_on_allow: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., kind: _Optional[_Union[ExtAuthzKind, str]] = ..., service: _Optional[str] = ..., port: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., fail_open: _Optional[bool] = ..., status_on_error: _Optional[int] = ..., path_prefix: _Optional[str] = ..., include_request_headers: _Optional[_Iterable[str]] = ..., include_additional_headers: _Optional[_Iterable[_Union[HeaderValue, _Mapping]]] = ..., headers_to_upstream_on_allow: _Optional[_Iterable[str]] = ..., headers_to_downstream_on_deny: _Optional[_Iterable[str]] = ..., headers_to_downstream_on_allow: _Optional[_Iterable[str]] = ...) -> None: ...
+    max_request_bytes: int
+    allow_partial_message: bool
+    pack_as_bytes: bool
+    def __init__(self, name: _Optional[str] = ..., kind: _Optional[_Union[ExtAuthzKind, str]] = ..., service: _Optional[str] = ..., port: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., fail_open: _Optional[bool] = ..., status_on_error: _Optional[int] = ..., path_prefix: _Optional[str] = ..., include_request_headers: _Optional[_Iterable[str]] = ..., include_additional_headers: _Optional[_Iterable[_Union[HeaderValue, _Mapping]]] = ..., headers_to_upstream_on_allow: _Optional[_Iterable[str]] = ..., headers_to_downstream_on_deny: _Optional[_Iterable[str]] = ..., headers_to_downstream_on_allow: _Optional[_Iterable[str]] = ..., max_request_bytes: _Optional[int] = ..., allow_partial_message: _Optional[bool] = ..., pack_as_bytes: _Optional[bool] = ...) -> None: ...
 
 class PolicyRule(_message.Message):
     __slots__ = ("clauses",)

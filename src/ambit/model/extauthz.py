@@ -20,8 +20,11 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_TIMEOUT", "ExtAuthzProvider", "HeaderPattern", "ProviderKind", "any_matches"]
+__all__ = ["DEFAULT_TIMEOUT", "MAX_CHECK_BODY", "ExtAuthzProvider", "HeaderPattern", "ProviderKind", "any_matches"]
 
+MAX_CHECK_BODY = 1024 * 1024
+"""The most request body bytes a check may carry: a larger ``maxRequestBytes`` is cut to it (the waypoint holds
+that much of each checked request's body until the authorizer answers)."""
 DEFAULT_TIMEOUT = 600.0
 """istiod's ``timeoutOrDefault``: seconds the waypoint waits for an answer when the provider gives no timeout."""
 
@@ -93,6 +96,13 @@ class ExtAuthzProvider:
     """HTTP only: the authorizer's answer headers sent to the client with a denial (empty: all of them)."""
     headers_to_downstream_on_allow: tuple[HeaderPattern, ...] = ()
     """HTTP only: the authorizer's answer headers added to the allowed request's response."""
+    max_request_bytes: int | None = None
+    """``includeRequestBodyInCheck.maxRequestBytes``: the check carries the request's body, at most this many bytes;
+    None: no body."""
+    allow_partial_message: bool = False
+    """A longer body is sent cut at :attr:`max_request_bytes` rather than answered 413."""
+    pack_as_bytes: bool = False
+    """gRPC only: the body goes in ``raw_body`` (bytes) rather than ``body`` (string)."""
 
     @property
     def host_and_namespace(self) -> tuple[str, str]:

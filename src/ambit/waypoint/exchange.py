@@ -101,6 +101,7 @@ from ambit.waypoint.downstream import Outcome, RequestSide, respond
 from ambit.waypoint.dynamic_hosts import judge_name, name_of_host, plan_request
 from ambit.waypoint.envoy_patches import edit_request
 from ambit.waypoint.ext_authz import CheckAllowed, CheckDenied, CustomPolicies, DeniedOutright, Verdict
+from ambit.waypoint.ext_authz_body import read_ahead
 from ambit.waypoint.ext_authz_client import fetch_verdict
 from ambit.waypoint.forwarded_for import edge_headers
 from ambit.waypoint.forwarding import Plan, forward
@@ -144,20 +145,28 @@ async def _external_authorization(
     custom: CustomPolicies,
     head: RequestHead,
     identity: RequestIdentity | None,
-    version: str,
-) -> Verdict | None:
-    """The CUSTOM step (:mod:`ambit.waypoint.ext_authz`): None when no CUSTOM rule matches the request."""
+    started: RequestStarted,
+    down: RequestSide,
+) -> tuple[Verdict | None, RequestSide]:
+    """The CUSTOM step (:mod:`ambit.waypoint.ext_authz`): None when no CUSTOM rule matches the request; and the
+    client's side to read the body through from now on (:mod:`ambit.waypoint.ext_authz_body`)."""
     edge = edge_client(ctx, tunnel, head)
     step = custom.step(connection_of(tunnel), request_of(head, identity, edge[1] if edge else None))
     if step is None:
-        return None
+        return None, down
     if isinstance(step, DeniedOutright):  # rule 3: istiod's deny configs
         reason = f"rbac_access_denied_matched_policy[{step.policy}]: several CUSTOM providers"
-        return CheckDenied(403, (), DENIED_BODY, reason, flags="-")
-    verdict = await fetch_verdict(ctx, tunnel, step, head, version)
+        return CheckDenied(403, (), DENIED_BODY, reason, flags="-"), down
+    body = None
+    if step.max_request_bytes is not None and started.has_body:
+        body = await read_ahead(down, step.max_request_bytes)
+        down = body.side
+        if body.longer and not step.allow_partial_message:  # ext_authz_body rule 2
+            return CheckDenied(413, (), b"Payload Too Large", "request_payload_too_large", flags="-"), down
+    verdict = await fetch_verdict(ctx, tunnel, step, head, started.version, body)
     if isinstance(verdict, CheckAllowed) and verdict.reason:
         log.info("ext_authz: %s", verdict.reason)
-    return verdict
+    return verdict, down
 
 
 def _allowed_by_authorizer(
@@ -212,7 +221,7 @@ async def serve_request(
         identity = None
     custom = ctx.authorizer.custom(config, key)
     if custom is not None:  # CUSTOM before DENY and ALLOW (ext_authz rule 1)
-        checked = await _external_authorization(ctx, tunnel, custom, head, identity, started.version)
+        checked, down = await _external_authorization(ctx, tunnel, custom, head, identity, started, down)
         if isinstance(checked, CheckDenied):
             keep = await _drain(down, started)
             ops, modifier = _finalized_by(ctx, tunnel, arrived, filter_ops)

@@ -21,8 +21,10 @@ Rules:
 4. The HTTP check request (Envoy's ``ext_authz_http_impl.cc``): the original method, the path with the provider's
    ``pathPrefix`` before it, the original ``:authority`` as ``Host``, ``authorization`` and the request headers
    the provider's ``includeRequestHeadersInCheck`` patterns name (case-insensitive), then its
-   ``includeAdditionalHeadersInCheck`` headers (set, replacing any of the same name), and ``content-length: 0``
-   (no body is sent).
+   ``includeAdditionalHeadersInCheck`` headers (set, replacing any of the same name), and ``content-length``: 0
+   without ``includeRequestBodyInCheck``, else the length of the body read ahead
+   (:mod:`ambit.waypoint.ext_authz_body`), which follows, with ``x-envoy-auth-partial-body`` saying whether it was
+   cut.
 5. The HTTP answer: 200 allows; the answer headers ``headersToUpstreamOnAllow`` names are set on the request
    (replacing those of the same name) and those ``headersToDownstreamOnAllow`` names are added to the response. A
    5xx answer is an error (rule 7). Any other status denies with that status, the authorizer's body and the answer
@@ -36,13 +38,14 @@ Rules:
    flag ``UAEX``.
 8. A gRPC provider (``envoy.service.auth.v3.Authorization/Check``, :mod:`ambit.waypoint.ext_authz_wire`) is sent
    the request's method, path, host, scheme, protocol, ``x-request-id`` and every header (the pseudo-headers
-   ``:authority``, ``:method``, ``:path`` among them, as Envoy's header map holds them), and the source and
-   destination peers (address, port, SPIFFE principal). Its ``CheckResponse`` with status OK allows: the
-   ``ok_response`` headers are set on the request, its ``headers_to_remove`` removed (never a pseudo-header or
-   ``host``), its ``response_headers_to_add`` added to the response. Any other status denies with the
-   ``denied_response``'s status (403 when unset), headers and body. A call that fails (a non-OK ``grpc-status``,
-   no message) is an error (rule 7), and so is an answer header whose name is not an HTTP token or whose value
-   holds a control character (it could not be written, or would split a head).
+   ``:authority``, ``:method``, ``:path`` among them, as Envoy's header map holds them), the source and destination
+   peers (address, port, SPIFFE principal), and with ``includeRequestBodyInCheck`` the body read ahead (``body``, or
+   ``raw_body`` with ``packAsBytes``) and ``x-envoy-auth-partial-body`` among the headers. Its ``CheckResponse``
+   with status OK allows: the ``ok_response`` headers are set on the request, its ``headers_to_remove`` removed
+   (never a pseudo-header or ``host``), its ``response_headers_to_add`` added to the response. Any other status
+   denies with the ``denied_response``'s status (403 when unset), headers and body. A call that fails (a non-OK
+   ``grpc-status``, no message) is an error (rule 7), and so is an answer header whose name is not an HTTP token or
+   whose value holds a control character (it could not be written, or would split a head).
 9. An HTTP authorizer's allowing answer may name, in ``x-envoy-auth-headers-to-remove`` (comma-separated), request
    headers to remove before forwarding (Envoy's HTTP form of ``headers_to_remove``); never a pseudo-header or
    ``host``.
@@ -65,6 +68,7 @@ __all__ = [
     "HEADERS_TO_REMOVE",
     "MAX_ANSWER_BODY",
     "MAX_ANSWER_HEADERS",
+    "PARTIAL_BODY",
     "UAEX",
     "CheckAllowed",
     "CheckDenied",
@@ -79,6 +83,7 @@ __all__ = [
 
 UAEX = "UAEX"
 HEADERS_TO_REMOVE = "x-envoy-auth-headers-to-remove"
+PARTIAL_BODY = "x-envoy-auth-partial-body"
 MAX_ANSWER_BODY = 64 * 1024
 """Bytes of an authorizer's answer body the waypoint reads (a longer one is an error, rule 7)."""
 MAX_ANSWER_HEADERS = 100
@@ -168,8 +173,10 @@ class CustomPolicies:
         return None
 
 
-def http_check_head(provider: ExtAuthzProvider, head: RequestHead) -> RequestHead:
-    """The check request for ``head`` (rule 4)."""
+def http_check_head(
+    provider: ExtAuthzProvider, head: RequestHead, body: bytes = b"", partial: bool = False
+) -> RequestHead:
+    """The check request for ``head`` (rule 4), ``body`` being what was read ahead (``partial``: cut)."""
     asked = provider.include_request_headers
     headers = [
         (name, value)
@@ -180,7 +187,9 @@ def http_check_head(provider: ExtAuthzProvider, head: RequestHead) -> RequestHea
         added = {name for name, _ in provider.include_additional_headers}
         headers = [(n, v) for n, v in headers if n.lower() not in added]
         headers.extend(provider.include_additional_headers)
-    headers.append(("content-length", "0"))
+    if provider.max_request_bytes is not None:
+        headers.append((PARTIAL_BODY, "true" if partial else "false"))
+    headers.append(("content-length", str(len(body))))
     return RequestHead(
         method=head.method, path=provider.path_prefix + head.path, authority=head.authority, headers=tuple(headers)
     )
@@ -230,11 +239,21 @@ def judge_grpc_answer(provider: ExtAuthzProvider, answer: CheckAnswer) -> Verdic
     return CheckDenied(status, headers, body, f"ext_authz_denied: {provider.name} answered status {answer.code}")
 
 
-def check_attributes(head: RequestHead, protocol: str, peers: Peers) -> CheckAttributes:
+def check_attributes(
+    head: RequestHead,
+    protocol: str,
+    peers: Peers,
+    body: bytes = b"",
+    *,
+    raw_body: bool = False,
+    partial: bool | None = None,
+) -> CheckAttributes:
     """The ``AttributeContext`` of ``head`` (rule 8); ``peers`` are (address, port, principal) of the source and
-    the destination."""
+    the destination; ``body`` what was read ahead (``partial``: whether it was cut; None: no body is sent)."""
     length = head.header("content-length")
-    pseudo = ((":authority", head.authority), (":method", head.method), (":path", head.path))
+    pseudo: Headers = ((":authority", head.authority), (":method", head.method), (":path", head.path))
+    if partial is not None:
+        pseudo += ((PARTIAL_BODY, "true" if partial else "false"),)
     (source_ip, source_port, source_id), (dest_ip, dest_port, dest_id) = peers
     return CheckAttributes(
         method=head.method,
@@ -251,6 +270,8 @@ def check_attributes(head: RequestHead, protocol: str, peers: Peers) -> CheckAtt
         destination_address=dest_ip,
         destination_port=dest_port,
         destination_principal=dest_id,
+        body=body,
+        raw_body=raw_body,
     )
 
 

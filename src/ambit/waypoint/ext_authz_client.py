@@ -44,6 +44,7 @@ from ambit.waypoint.ext_authz import (
     judge_http_answer,
     on_error,
 )
+from ambit.waypoint.ext_authz_body import ReadAhead
 from ambit.waypoint.ext_authz_wire import ExtAuthzWireError, decode_check_response, encode_check_request
 from ambit.waypoint.http1 import BodyData, MessageEnded, Signal
 from ambit.waypoint.http1_events import ResponseStarted
@@ -68,17 +69,23 @@ def find_authorizer(ctx: WaypointContext, provider: ExtAuthzProvider) -> Endpoin
 
 
 async def fetch_verdict(
-    ctx: WaypointContext, tunnel: Tunnel, provider: ExtAuthzProvider, head: RequestHead, version: str = "1.1"
+    ctx: WaypointContext,
+    tunnel: Tunnel,
+    provider: ExtAuthzProvider,
+    head: RequestHead,
+    version: str = "1.1",
+    body: ReadAhead | None = None,
 ) -> Verdict:
-    """Ask ``provider`` about ``head`` (rules 1-2); every failure is the provider's error verdict."""
+    """Ask ``provider`` about ``head`` (rules 1-2), with the ``body`` read ahead when it wants one; every failure is
+    the provider's error verdict."""
     endpoint = find_authorizer(ctx, provider)
     if endpoint is None:
         return on_error(provider, f"ext_authz_error: no endpoint of {provider.service}:{provider.port}")
     try:
         async with asyncio.timeout(provider.timeout):
             if provider.kind is ProviderKind.GRPC:
-                return await _grpc_check(ctx, tunnel, endpoint, provider, head, version)
-            return await _http_check(ctx, tunnel, endpoint, provider, head)
+                return await _grpc_check(ctx, tunnel, endpoint, provider, head, version, body)
+            return await _http_check(ctx, tunnel, endpoint, provider, head, body)
     except TimeoutError:
         return on_error(provider, f"ext_authz_error: {provider.name} did not answer within {provider.timeout:g}s")
     except (AmbitError, HboneError, OSError) as exc:
@@ -86,13 +93,20 @@ async def fetch_verdict(
 
 
 async def _http_check(
-    ctx: WaypointContext, tunnel: Tunnel, endpoint: Endpoint, provider: ExtAuthzProvider, head: RequestHead
+    ctx: WaypointContext,
+    tunnel: Tunnel,
+    endpoint: Endpoint,
+    provider: ExtAuthzProvider,
+    head: RequestHead,
+    body: ReadAhead | None,
 ) -> Verdict:
-    check = http_check_head(provider, head)
+    data = body.body if body is not None else b""
+    check = http_check_head(provider, head, data, body is not None and body.longer)
     up = ctx.upstreams.take_idle(endpoint) or await ctx.upstreams.open_http(endpoint, tunnel.peer_addr)
     clean = False
     try:
-        await up.stream.write(up.http.send_request(check) + up.http.end_request())
+        request = up.http.send_request(check, body=bool(data))
+        await up.stream.write(request + up.http.send_body(data) + up.http.end_request())
         status, size = 0, 0
         headers: tuple[tuple[str, str], ...] = ()
         chunks: list[bytes] = []
@@ -143,9 +157,18 @@ async def _grpc_check(
     provider: ExtAuthzProvider,
     head: RequestHead,
     version: str,
+    body: ReadAhead | None,
 ) -> Verdict:
     protocol = "HTTP/2" if version == "2" else f"HTTP/{version}"
-    payload = encode_check_request(check_attributes(head, protocol, _peers(ctx, tunnel)))
+    attributes = check_attributes(
+        head,
+        protocol,
+        _peers(ctx, tunnel),
+        body.body if body is not None else b"",
+        raw_body=provider.pack_as_bytes,
+        partial=None if body is None else body.longer,
+    )
+    payload = encode_check_request(attributes)
     host, _ = provider.host_and_namespace
     call = RequestHead(
         "POST",

@@ -14,7 +14,8 @@ authorizer (:mod:`ambit.lab.ext_authz_app`) and the tests. Field numbers are tho
     SocketAddress       { string address = 2; uint32 port_value = 3; }
     Request             { HttpRequest http = 2; }
     HttpRequest         { string id = 1; string method = 2; map<string, string> headers = 3; string path = 4;
-                          string host = 5; string scheme = 6; int64 size = 9; string protocol = 10; }
+                          string host = 5; string scheme = 6; int64 size = 9; string protocol = 10;
+                          string body = 11; bytes raw_body = 12; }
     CheckResponse       { google.rpc.Status status = 1; DeniedHttpResponse denied_response = 2;
                           OkHttpResponse ok_response = 3; }
     google.rpc.Status   { int32 code = 1; string message = 2; }
@@ -83,6 +84,10 @@ class CheckAttributes:
     destination_address: str = ""
     destination_port: int = 0
     destination_principal: str = ""
+    body: bytes = b""
+    raw_body: bool = False
+    """The body goes in ``raw_body`` (bytes) rather than ``body`` (a string field holding the same bytes, as
+    Envoy fills it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +167,7 @@ def encode_check_request(attributes: CheckAttributes) -> bytes:
         + _text(6, a.scheme)
         + _int(9, a.size)
         + _text(10, a.protocol)
+        + _bytes(12 if a.raw_body else 11, a.body)
     )
     context = (
         _message(1, _peer(a.source_address, a.source_port, a.source_principal))
@@ -357,6 +363,7 @@ def decode_check_request(data: bytes) -> CheckAttributes:
     text: dict[int, str] = {}
     headers: list[tuple[str, str]] = []
     size = 0
+    body, raw = b"", False
     for number, wire, field in _fields(http):
         if number == 3:
             headers.append(_pair(_as_bytes(wire, field)))
@@ -366,6 +373,8 @@ def decode_check_request(data: bytes) -> CheckAttributes:
             size = size - _I64 if size >= 1 << 63 else size
         elif number in (1, 2, 4, 5, 6, 10):
             text[number] = _as_text(wire, field)
+        elif number in (11, 12):
+            body, raw = _as_bytes(wire, field), number == 12
     return CheckAttributes(
         method=text.get(2, ""),
         path=text.get(4, ""),
@@ -381,4 +390,6 @@ def decode_check_request(data: bytes) -> CheckAttributes:
         destination_address=destination[0],
         destination_port=destination[1],
         destination_principal=destination[2],
+        body=body,
+        raw_body=raw,
     )

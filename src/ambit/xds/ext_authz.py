@@ -10,7 +10,8 @@ Rules:
    printable; the port is 1..65535; the timeout at least 1 ms; ``status_on_error`` an HTTP status 100..599.
 2. A header pattern is non-empty, printable and not a lone ``*``; an additional header's name is an HTTP token and
    its value printable (so nothing the control plane sends can split the check request's head).
-3. A path prefix is empty or starts with ``/`` and has no space.
+3. A path prefix is empty or starts with ``/`` and has no space; ``max_request_bytes`` is at most
+   :data:`~ambit.model.extauthz.MAX_CHECK_BODY` (0: no body in the check).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ambit.api import waypoint_pb2 as pb
-from ambit.model.extauthz import ExtAuthzProvider, HeaderPattern, ProviderKind
+from ambit.model.extauthz import MAX_CHECK_BODY, ExtAuthzProvider, HeaderPattern, ProviderKind
 from ambit.model.field_names import is_token
 from ambit.xds.authorization import PolicyReader
 
@@ -43,6 +44,9 @@ def ext_authz_to_proto(provider: ExtAuthzProvider) -> pb.ExtAuthzProvider:
         headers_to_upstream_on_allow=[str(p) for p in provider.headers_to_upstream_on_allow],
         headers_to_downstream_on_deny=[str(p) for p in provider.headers_to_downstream_on_deny],
         headers_to_downstream_on_allow=[str(p) for p in provider.headers_to_downstream_on_allow],
+        max_request_bytes=provider.max_request_bytes or 0,
+        allow_partial_message=provider.allow_partial_message,
+        pack_as_bytes=provider.pack_as_bytes,
     )
 
 
@@ -65,6 +69,8 @@ def ext_authz_from_proto(read: PolicyReader, field: str, message: pb.ExtAuthzPro
         raise read.fail(f"{field}.timeout_ms", "at least 1")
     if not 100 <= message.status_on_error <= 599:
         raise read.fail(f"{field}.status_on_error", f"not an HTTP status: {message.status_on_error}")
+    if message.max_request_bytes > MAX_CHECK_BODY:
+        raise read.fail(f"{field}.max_request_bytes", f"at most {MAX_CHECK_BODY}")
     prefix = read.text(f"{field}.path_prefix", message.path_prefix)
     if prefix and (not prefix.startswith("/") or " " in prefix):
         raise read.fail(f"{field}.path_prefix", f"expected a path, got {prefix!r}")
@@ -94,4 +100,7 @@ def ext_authz_from_proto(read: PolicyReader, field: str, message: pb.ExtAuthzPro
         headers_to_downstream_on_allow=_patterns(
             read, f"{field}.headers_to_downstream_on_allow", message.headers_to_downstream_on_allow
         ),
+        max_request_bytes=message.max_request_bytes or None,
+        allow_partial_message=message.allow_partial_message,
+        pack_as_bytes=message.pack_as_bytes,
     )

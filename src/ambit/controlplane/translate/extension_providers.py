@@ -19,8 +19,10 @@ Rules:
    lists (``includeRequestHeadersInCheck``, or the deprecated ``includeHeadersInCheck`` when that is unset,
    ``headersToUpstreamOnAllow``, ``headersToDownstreamOnDeny``, ``headersToDownstreamOnAllow``) are Istio string
    patterns, a lone ``*`` refused (istiod's ``checkWildcard``); ``includeAdditionalHeadersInCheck`` maps header
-   names (HTTP tokens) to values without control characters. Any other value is an error. Fields Ambit does not
-   apply (``clearRouteCache``, ``includeRequestBodyInCheck``) are accepted and ignored.
+   names (HTTP tokens) to values without control characters. ``includeRequestBodyInCheck`` (both kinds) needs
+   ``maxRequestBytes`` of at least 1 (Envoy's ``BufferSettings`` refuses 0; above 1 MiB it is cut to 1 MiB);
+   ``allowPartialMessage`` and ``packAsBytes`` are booleans. Any other value is an error. ``clearRouteCache`` is
+   accepted and ignored.
 4. A name that is not a DNS-1123 label of at most 63 characters is not an error of the mesh config: istiod's
    builder marks that provider unusable, so it is left out here and a CUSTOM policy naming it is treated as naming
    an unknown provider.
@@ -35,7 +37,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ambit.model.extauthz import DEFAULT_TIMEOUT, ExtAuthzProvider, HeaderPattern, ProviderKind
+from ambit.model.extauthz import DEFAULT_TIMEOUT, MAX_CHECK_BODY, ExtAuthzProvider, HeaderPattern, ProviderKind
 from ambit.model.field_names import is_token
 
 __all__ = ["ENVOY_STATUS_CODES", "MAX_PATTERNS", "MAX_PROVIDERS", "parse_extension_providers"]
@@ -149,6 +151,23 @@ def _bool(value: Any, where: str) -> bool:
     return value
 
 
+def _body(value: Any, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{where}: expected an object with maxRequestBytes")
+    size = _get(value, "maxRequestBytes")
+    if isinstance(size, str) and size.isdigit() and len(size) <= 10:
+        size = int(size)
+    if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= 0xFFFFFFFF:
+        raise ValueError(f"{where}.maxRequestBytes: expected a number of bytes of at least 1, got {size!r}")
+    return {
+        "max_request_bytes": min(size, MAX_CHECK_BODY),
+        "allow_partial_message": _bool(_get(value, "allowPartialMessage"), f"{where}.allowPartialMessage"),
+        "pack_as_bytes": _bool(_get(value, "packAsBytes"), f"{where}.packAsBytes"),
+    }
+
+
 def _patterns(value: Any, where: str, budget: _Budget) -> tuple[HeaderPattern, ...]:
     if value is None:
         return ()
@@ -193,6 +212,7 @@ def _provider(name: str, kind: ProviderKind, raw: Any, where: str, budget: _Budg
         "fail_open": _bool(_get(raw, "failOpen"), f"{where}.failOpen"),
         "status_on_error": _status(_get(raw, "statusOnError"), f"{where}.statusOnError"),
     }
+    common |= _body(_get(raw, "includeRequestBodyInCheck"), f"{where}.includeRequestBodyInCheck")
     if kind is ProviderKind.GRPC:
         return ExtAuthzProvider(name, kind, **common)
     prefix = _text(_get(raw, "pathPrefix") or "", f"{where}.pathPrefix")
