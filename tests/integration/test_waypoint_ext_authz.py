@@ -16,9 +16,12 @@ from aiohttp import web
 from tests.integration.waypoint_rig import (
     ECHO_VIP,
     H2C_TARGET_PORT,
+    RAW_VIP,
     HttpOverTunnel,
     Rig,
     free_port,
+    http_get,
+    read_until_eof,
     started_rig,
 )
 
@@ -26,6 +29,7 @@ from ambit.lab.ext_authz_app import serve
 from ambit.model.extauthz import ExtAuthzProvider, HeaderPattern, ProviderKind
 from ambit.model.policy import Action, Clause, Match, Policy, Rule, Scope, StringMatch
 from ambit.model.routes import WaypointConfig
+from ambit.proxy.hbone_client import TunnelRefusedError
 from ambit.waypoint.settings import WaypointLimits
 
 LIMITS = WaypointLimits(max_head_bytes=8 * 1024, head_timeout=0.5, sniff_timeout=0.5, startup_wait=5.0)
@@ -198,9 +202,12 @@ async def test_the_body_goes_to_the_authorizer_and_on_to_the_backend_whole(rig: 
 
 
 @pytest.fixture
-async def grpc_rig(tmp_path: Path) -> AsyncIterator[Rig]:
+async def grpc_rig(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Rig]:
+    """The rig with the lab's authorizer on the h2c Service; it allows gRPC checks from the service account
+    ``request.param`` (default none) when no ``x-ext-authz`` header decides."""
+    account = getattr(request, "param", "nobody")
     started: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
-    server = asyncio.create_task(serve(0, 0, host="127.0.0.1", allowed_account="nobody", started=started))
+    server = asyncio.create_task(serve(0, 0, host="127.0.0.1", allowed_account=account, started=started))
     try:
         _, grpc_port = await asyncio.wait_for(started, 10)
         async with started_rig(tmp_path, LIMITS) as rig:
@@ -247,3 +254,43 @@ async def test_a_grpc_authorizer_that_cannot_answer_is_an_error(grpc_rig: Rig) -
     assert (status, body) == (502, b"")
     configure(grpc_rig, grpc_provider(service="app/nothing.app.svc.cluster.local", fail_open=True))
     assert (await call(grpc_rig, "/echo", [("x-ext-authz", "no")]))[0] == 200
+
+
+@pytest.mark.parametrize("grpc_rig", ["client"], indirect=True)
+async def test_a_tcp_connection_is_checked_by_a_grpc_authorizer_by_its_peer(grpc_rig: Rig) -> None:
+    """Envoy's network ext_authz: the sample allows the source service account ``client``; an HTTP provider is not
+    asked about TCP (istiod ignores it on a TCP chain)."""
+    configure(grpc_rig, grpc_provider())
+    assert await tcp_echo(grpc_rig) == "relayed"
+    configure(grpc_rig, grpc_provider(service="app/nothing.app.svc.cluster.local"))
+    assert await tcp_echo(grpc_rig) == "refused"  # an error, not failOpen
+    configure(grpc_rig, provider(service="app/nothing.app.svc.cluster.local"))
+    assert await tcp_echo(grpc_rig) == "relayed"  # an HTTP provider: not asked
+
+
+async def test_a_tcp_connection_the_grpc_authorizer_denies_is_refused_with_uaex(
+    grpc_rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="access")
+    configure(grpc_rig, grpc_provider())
+    assert await tcp_echo(grpc_rig) == "refused"
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("connection failed" in m and "ext_authz_denied" in m for m in messages), messages
+    _, metrics = await http_get(f"http://127.0.0.1:{grpc_rig.settings.stats_port}/metrics")
+    assert any(line.startswith("istio_tcp_") and 'response_flags="UAEX"' in line for line in metrics.splitlines()), (
+        metrics
+    )
+
+
+async def tcp_echo(rig: Rig) -> str:
+    """One TCP connection to the raw Service through the waypoint: "relayed" or "refused"."""
+    client = await rig.client()
+    try:
+        stream = await client.open_tunnel(f"{RAW_VIP}:80", [])
+        await stream.write(b"GET /echo HTTP/1.0\r\n\r\n")
+        answer = await read_until_eof(stream)
+        return "relayed" if answer.startswith(b"HTTP/1.") else f"odd answer {answer[:40]!r}"
+    except TunnelRefusedError:
+        return "refused"
+    finally:
+        await client.aclose()

@@ -558,3 +558,19 @@ async def test_read_ahead_hands_every_event_on_in_order() -> None:
 
     broken = await read_ahead(Side(BodyData(b"ab"), Signal.CLOSED), 10)  # type: ignore[arg-type]
     assert broken.body == b"ab" and await drain(broken.side) == [BodyData(b"ab"), Signal.CLOSED]
+
+
+def test_a_tcp_connection_meets_custom_rules_as_a_deny_rule_does() -> None:
+    """Rule 10: an HTTP field of a CUSTOM rule is ignored on a TCP chain (istiod builds CUSTOM as DENY rules)."""
+    policies = CustomPolicies.of([custom_policy("a", provider(kind=ProviderKind.GRPC))])
+    assert policies is not None and policies.step(conn(), None) == provider(kind=ProviderKind.GRPC)
+    other_port = Policy(
+        "b",
+        "ns",
+        Scope.WAYPOINT,
+        Action.CUSTOM,
+        (Rule((Clause((Match(destination_ports=(9,)),)),)),),
+        ext_authz=provider(),
+    )
+    only = CustomPolicies.of([other_port])
+    assert only is not None and only.step(conn(), None) is None

@@ -286,3 +286,12 @@ def test_the_body_goes_in_body_or_raw_body(ref: ModuleType) -> None:
     http = ref.CheckRequest.FromString(encode_check_request(raw)).attributes.request.http
     assert (http.raw_body, http.body) == (b"\xff\x00", "")
     assert decode_check_request(encode_check_request(raw)) == raw
+
+
+def test_a_connections_check_has_the_peers_and_no_request(ref: ModuleType) -> None:
+    attributes = CheckAttributes(
+        "", "", "", (), scheme="", protocol="", size=0, source_principal="spiffe://td/ns/a/sa/b", http=False
+    )
+    message = ref.CheckRequest.FromString(encode_check_request(attributes))
+    assert not message.attributes.HasField("request") and message.attributes.source.principal.endswith("/sa/b")
+    assert decode_check_request(encode_check_request(attributes)) == attributes

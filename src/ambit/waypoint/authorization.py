@@ -30,10 +30,8 @@ Rules:
 6. TCP through the waypoint has no request: the engine applies rule 13 of :mod:`ambit.rbac` (an ALLOW rule with
    L7 fields never matches, a DENY ignores its L7 fields).
 7. CUSTOM policies are not the engine's: :meth:`WaypointAuthorizer.custom` gives them, per destination, to the
-   external authorization step (:mod:`ambit.waypoint.ext_authz`), which runs before :func:`check_request`. A TCP
-   connection is not sent to an authorizer: istiod ignores a CUSTOM policy with an HTTP provider on a TCP filter
-   chain (its gRPC provider's network ``ext_authz`` filter is not implemented here; such a connection passes the
-   CUSTOM step).
+   external authorization step (:mod:`ambit.waypoint.ext_authz`), which runs before :func:`check_request` and
+   :func:`check_connection` (a TCP connection is checked only by a gRPC provider, its rule 10).
 """
 
 from __future__ import annotations

@@ -49,6 +49,10 @@ Rules:
 9. An HTTP authorizer's allowing answer may name, in ``x-envoy-auth-headers-to-remove`` (comma-separated), request
    headers to remove before forwarding (Envoy's HTTP form of ``headers_to_remove``); never a pseudo-header or
    ``host``.
+10. A TCP connection through the waypoint meets the CUSTOM rules as a DENY rule meets it (HTTP fields ignored,
+    istiod's TCP filter chain) before the DENY and ALLOW policies: a gRPC provider is asked about it (the peers
+    only; a denial closes it with flag ``UAEX``, an error too unless ``failOpen``); an HTTP provider is not (istiod
+    ignores a CUSTOM policy with an HTTP provider on a TCP chain); several providers deny it.
 """
 
 from __future__ import annotations
@@ -165,8 +169,9 @@ class CustomPolicies:
         providers = {p.ext_authz for p in custom}
         return cls(custom, next(iter(providers)) if len(providers) == 1 else None)
 
-    def step(self, conn: Connection, request: Request) -> ExtAuthzProvider | DeniedOutright | None:
-        """The authorizer to ask about ``request``, an outright denial (rule 3), or None: not for an authorizer."""
+    def step(self, conn: Connection, request: Request | None) -> ExtAuthzProvider | DeniedOutright | None:
+        """The authorizer to ask about ``request`` (None: a TCP connection, rule 10), an outright denial (rule 3),
+        or None: not for an authorizer."""
         for policy in self.policies:
             if matching_rule(policy, conn, request) is not None:
                 return self.provider if self.provider is not None else DeniedOutright(policy.key)

@@ -18,6 +18,9 @@ Rules:
    when the exchange ended cleanly (an HTTP/2 stream is reset when it did not).
 3. A gRPC call carries ``grpc-timeout`` (the provider's timeout), one message each way; a non-OK ``grpc-status``,
    no message or more than one, or a message :mod:`ambit.waypoint.ext_authz_wire` cannot read is an error.
+4. A TCP connection is checked only with a gRPC provider (:func:`fetch_connection_verdict`: Envoy's network
+   ``ext_authz`` filter, which istiod configures only for one): the ``CheckRequest`` holds the source and
+   destination peers and no request.
 """
 
 from __future__ import annotations
@@ -45,14 +48,19 @@ from ambit.waypoint.ext_authz import (
     on_error,
 )
 from ambit.waypoint.ext_authz_body import ReadAhead
-from ambit.waypoint.ext_authz_wire import ExtAuthzWireError, decode_check_response, encode_check_request
+from ambit.waypoint.ext_authz_wire import (
+    CheckAttributes,
+    ExtAuthzWireError,
+    decode_check_response,
+    encode_check_request,
+)
 from ambit.waypoint.http1 import BodyData, MessageEnded, Signal
 from ambit.waypoint.http1_events import ResponseStarted
 from ambit.waypoint.http2_upstream import http2_connector
 
 log = logging.getLogger("ambit.waypoint.ext_authz")
 
-__all__ = ["fetch_verdict", "find_authorizer"]
+__all__ = ["fetch_connection_verdict", "fetch_verdict", "find_authorizer"]
 
 
 class _AnswerError(AmbitError):
@@ -84,7 +92,16 @@ async def fetch_verdict(
     try:
         async with asyncio.timeout(provider.timeout):
             if provider.kind is ProviderKind.GRPC:
-                return await _grpc_check(ctx, tunnel, endpoint, provider, head, version, body)
+                protocol = "HTTP/2" if version == "2" else f"HTTP/{version}"
+                attributes = check_attributes(
+                    head,
+                    protocol,
+                    _peers(ctx, tunnel),
+                    body.body if body is not None else b"",
+                    raw_body=provider.pack_as_bytes,
+                    partial=None if body is None else body.longer,
+                )
+                return await _grpc_check(ctx, tunnel, endpoint, provider, attributes)
             return await _http_check(ctx, tunnel, endpoint, provider, head, body)
     except TimeoutError:
         return on_error(provider, f"ext_authz_error: {provider.name} did not answer within {provider.timeout:g}s")
@@ -139,6 +156,37 @@ async def _http_check(
 CHECK_PATH = "/envoy.service.auth.v3.Authorization/Check"
 
 
+async def fetch_connection_verdict(ctx: WaypointContext, tunnel: Tunnel, provider: ExtAuthzProvider) -> Verdict:
+    """Rule 4: a TCP connection's check with a gRPC ``provider`` (the peers only, as Envoy's network filter)."""
+    endpoint = find_authorizer(ctx, provider)
+    if endpoint is None:
+        return on_error(provider, f"ext_authz_error: no endpoint of {provider.service}:{provider.port}")
+    (source_ip, source_port, source_id), (dest_ip, dest_port, dest_id) = _peers(ctx, tunnel)
+    attributes = CheckAttributes(
+        "",
+        "",
+        "",
+        (),
+        scheme="",
+        protocol="",
+        size=0,
+        source_address=source_ip,
+        source_port=source_port,
+        source_principal=source_id,
+        destination_address=dest_ip,
+        destination_port=dest_port,
+        destination_principal=dest_id,
+        http=False,
+    )
+    try:
+        async with asyncio.timeout(provider.timeout):
+            return await _grpc_check(ctx, tunnel, endpoint, provider, attributes)
+    except TimeoutError:
+        return on_error(provider, f"ext_authz_error: {provider.name} did not answer within {provider.timeout:g}s")
+    except (AmbitError, HboneError, OSError) as exc:
+        return on_error(provider, f"ext_authz_error: {provider.name}: {exc}")
+
+
 def _peers(ctx: WaypointContext, tunnel: Tunnel) -> Peers:
     """(address, port, principal) of the source (the tunnel's peer) and the destination (what it addressed, the
     waypoint's own identity), as Envoy fills ``AttributeContext.source`` and ``destination``."""
@@ -155,19 +203,8 @@ async def _grpc_check(
     tunnel: Tunnel,
     endpoint: Endpoint,
     provider: ExtAuthzProvider,
-    head: RequestHead,
-    version: str,
-    body: ReadAhead | None,
+    attributes: CheckAttributes,
 ) -> Verdict:
-    protocol = "HTTP/2" if version == "2" else f"HTTP/{version}"
-    attributes = check_attributes(
-        head,
-        protocol,
-        _peers(ctx, tunnel),
-        body.body if body is not None else b"",
-        raw_body=provider.pack_as_bytes,
-        partial=None if body is None else body.longer,
-    )
     payload = encode_check_request(attributes)
     host, _ = provider.host_and_namespace
     call = RequestHead(

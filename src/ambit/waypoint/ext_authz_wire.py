@@ -85,6 +85,8 @@ class CheckAttributes:
     destination_port: int = 0
     destination_principal: str = ""
     body: bytes = b""
+    http: bool = True
+    """False for a TCP connection's check (Envoy's network filter): no ``request`` at all, only the peers."""
     raw_body: bool = False
     """The body goes in ``raw_body`` (bytes) rather than ``body`` (a string field holding the same bytes, as
     Envoy fills it)."""
@@ -172,7 +174,7 @@ def encode_check_request(attributes: CheckAttributes) -> bytes:
     context = (
         _message(1, _peer(a.source_address, a.source_port, a.source_principal))
         + _message(2, _peer(a.destination_address, a.destination_port, a.destination_principal))
-        + _message(4, _message(2, http, always=True), always=True)
+        + (_message(4, _message(2, http, always=True), always=True) if a.http else b"")
     )
     return _message(1, context, always=True)
 
@@ -347,6 +349,7 @@ def _peer_of(buf: bytes) -> tuple[str, int, str]:
 def decode_check_request(data: bytes) -> CheckAttributes:
     """The authorizer's side of rule 1."""
     http = b""
+    has_request = False
     source, destination = ("", 0, ""), ("", 0, "")
     for number, wire, field in _fields(data):
         if number != 1:
@@ -357,6 +360,7 @@ def decode_check_request(data: bytes) -> CheckAttributes:
             elif n == 2:
                 destination = _peer_of(_as_bytes(w, f))
             elif n == 4:
+                has_request = True
                 for n2, w2, f2 in _fields(_as_bytes(w, f)):
                     if n2 == 2:
                         http = _as_bytes(w2, f2)
@@ -391,5 +395,6 @@ def decode_check_request(data: bytes) -> CheckAttributes:
         destination_port=destination[1],
         destination_principal=destination[2],
         body=body,
+        http=has_request,
         raw_body=raw,
     )
