@@ -11,7 +11,10 @@ answer goes) and its version (``RequestStarted.version``). :func:`serve_request`
    :func:`~ambit.waypoint.client_cert.plan_forwarded_client_cert`), so authentication, policies, routes and the
    backend see only that; then authenticates the request (RequestAuthentication,
    :func:`ambit.waypoint.authn.plan_authentication`): a token that no rule accepts is answered 401 (403 for its
-   audience) with Envoy's reason, before anything else; then authorizes it
+   audience) with Envoy's reason, before anything else; then, when a CUSTOM policy's rules match it, asks that
+   policy's external authorizer (:mod:`ambit.waypoint.ext_authz`; the body read ahead first when the provider wants
+   it, :mod:`ambit.waypoint.ext_authz_body`): a denial is answered with the authorizer's status, headers and body
+   and flag ``UAEX``, an allow adds the authorizer's headers to the request and the response; then authorizes it
    (:func:`ambit.waypoint.authorization.check_request`, with the token's identity): a denied request is answered
    403 ``RBAC: access denied`` with no response flag (Envoy's HTTP RBAC filter sets none) and the matched policy
    in the log line's error. The rest sees the request as authentication left it (the token removed unless
