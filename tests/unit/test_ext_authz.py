@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ipaddress
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -574,3 +575,33 @@ def test_a_tcp_connection_meets_custom_rules_as_a_deny_rule_does() -> None:
     )
     only = CustomPolicies.of([other_port])
     assert only is not None and only.step(conn(), None) is None
+
+
+def test_the_lab_example_of_istios_task_gives_the_waypoint_its_authorizer() -> None:
+    example = Path(__file__).parents[2] / "examples" / "lab" / "ext-authz.yaml"
+    docs = [d for d in yaml.safe_load_all(example.read_text(encoding="utf-8")) if d]
+    kinds = {
+        "ConfigMap": "config_maps",
+        "Namespace": "namespaces",
+        "Gateway": "gateways",
+        "Service": "services",
+        "AuthorizationPolicy": "authorization_policies",
+    }
+    objects: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds.values()}
+    for doc in docs:
+        if doc["kind"] in kinds:
+            objects[kinds[doc["kind"]]].append(doc)
+    # What the cluster adds: the waypoint's address (its deployment controller) and the built-in class.
+    objects["gateways"][0]["status"] = {"addresses": [{"type": "Hostname", "value": "waypoint.foo.svc.cluster.local"}]}
+    waypoint_class = {"metadata": {"name": "istio-waypoint"}, "spec": {"controllerName": "istio.io/mesh-controller"}}
+    translation = translate_all(
+        pods=[],
+        endpoint_slices=[],
+        gateway_classes=[waypoint_class],
+        **objects,  # type: ignore[arg-type]
+    )
+    (config,) = translation.waypoint_configs
+    (policy,) = config.policies
+    assert policy.action is Action.CUSTOM and policy.ext_authz is not None
+    assert (policy.ext_authz.service, policy.ext_authz.port) == ("ext-authz.foo.svc.cluster.local", 8000)
+    assert not [s for s in translation.skipped if s.kind == "ConfigMap"]
