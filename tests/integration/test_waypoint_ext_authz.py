@@ -143,6 +143,11 @@ async def test_the_sample_authorizer_allows_and_denies_by_its_header(
     assert headers["x-ext-authz-check-result"] == "denied"  # every answer header goes down with a denial
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("request ")]
     assert any("response_code=403" in line and "response_flags=UAEX" in line for line in lines), lines
+    _, metrics = await http_get(f"http://127.0.0.1:{waypoint.settings.stats_port}/metrics")
+    assert any(
+        line.startswith("istio_requests_total{") and 'response_flags="UAEX"' in line and 'response_code="403"' in line
+        for line in metrics.splitlines()
+    ), metrics
 
 
 async def test_requests_outside_the_custom_rules_are_not_checked(rig: tuple[Rig, Authorizer]) -> None:
