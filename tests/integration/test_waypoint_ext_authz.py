@@ -185,7 +185,8 @@ async def test_the_body_goes_to_the_authorizer_and_on_to_the_backend_whole(rig: 
     """includeRequestBodyInCheck: the body read ahead for the check is handed on untouched."""
     waypoint, authorizer = rig
     allow = [("x-ext-authz", "allow")]
-    configure(waypoint, provider(max_request_bytes=16))
+    body_header = (*provider().include_request_headers, HeaderPattern("x-envoy-auth-partial-body"))
+    configure(waypoint, provider(max_request_bytes=16, include_request_headers=body_header))
     status, _, body = await call(waypoint, "/echo", allow, b"hello")
     assert status == 200 and json.loads(body)["sha256"] == hashlib.sha256(b"hello").hexdigest()
     assert authorizer.bodies[-1] == b"hello"
@@ -196,7 +197,7 @@ async def test_the_body_goes_to_the_authorizer_and_on_to_the_backend_whole(rig: 
     status, _, body = await call(waypoint, "/echo", allow, long)
     assert (status, body, len(authorizer.checks)) == (413, b"Payload Too Large", checks)  # not asked
 
-    configure(waypoint, provider(max_request_bytes=16, allow_partial_message=True))
+    configure(waypoint, provider(max_request_bytes=16, allow_partial_message=True, include_request_headers=body_header))
     status, _, body = await call(waypoint, "/echo", allow, long)
     assert status == 200 and json.loads(body)["sha256"] == hashlib.sha256(long).hexdigest()
     assert authorizer.bodies[-1] == long[:16]

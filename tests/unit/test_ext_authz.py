@@ -521,7 +521,11 @@ def test_include_request_body_in_check_is_read_and_bounded() -> None:
 def test_a_check_with_a_body_says_its_length_and_whether_it_was_cut() -> None:
     head = RequestHead("POST", "/p", "h", (("content-length", "100"),))
     check = http_check_head(provider(max_request_bytes=4), head, b"abcd", partial=True)
-    assert check.headers == (("x-envoy-auth-partial-body", "true"), ("content-length", "4"))
+    assert check.headers == (("content-length", "4"),)
+    named = provider(max_request_bytes=4, include_request_headers=(HeaderPattern.of("x-envoy-auth-*"),))
+    spoofed = RequestHead("POST", "/p", "h", (("x-envoy-auth-partial-body", "false"),))
+    check = http_check_head(named, spoofed, b"abcd", partial=True)
+    assert check.headers == (("x-envoy-auth-partial-body", "true"), ("content-length", "4"))  # ours, not the client's
 
 
 class Side:

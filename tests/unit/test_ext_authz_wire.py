@@ -230,6 +230,9 @@ def test_the_attributes_carry_the_pseudo_headers_and_the_peers() -> None:
     head = RequestHead("POST", "/p", "h:80", (("content-length", "5"), ("x-request-id", "id")))
     attributes = check_attributes(head, "HTTP/2", (("10.0.0.1", 5, "spiffe://a"), ("10.0.0.2", 80, "spiffe://b")))
     assert attributes.headers[:3] == ((":authority", "h:80"), (":method", "POST"), (":path", "/p"))
+    spoofed = RequestHead("POST", "/p", "h:80", (("x-envoy-auth-partial-body", "false"),))
+    cut = check_attributes(spoofed, "HTTP/1.1", (("", 0, ""), ("", 0, "")), b"ab", partial=True)
+    assert [v for n, v in cut.headers if n == "x-envoy-auth-partial-body"] == ["true"]  # ours, not the client's
     assert (attributes.size, attributes.request_id, attributes.protocol) == (5, "id", "HTTP/2")
     assert (attributes.source_principal, attributes.destination_port) == ("spiffe://a", 80)
 

@@ -23,8 +23,10 @@ Rules:
    the provider's ``includeRequestHeadersInCheck`` patterns name (case-insensitive), then its
    ``includeAdditionalHeadersInCheck`` headers (set, replacing any of the same name), and ``content-length``: 0
    without ``includeRequestBodyInCheck``, else the length of the body read ahead
-   (:mod:`ambit.waypoint.ext_authz_body`), which follows, with ``x-envoy-auth-partial-body`` saying whether it was
-   cut.
+   (:mod:`ambit.waypoint.ext_authz_body`), which follows. A client's own ``x-envoy-auth-partial-body`` is never
+   passed on (Envoy drops it from every check, so a client cannot claim its body was cut or whole); the waypoint's
+   own one (``true`` when the body was cut) goes in a gRPC check, and in an HTTP check only when the provider's
+   patterns name it (Envoy's HTTP check copies only the headers its matchers allow).
 5. The HTTP answer: 200 allows; the answer headers ``headersToUpstreamOnAllow`` names are set on the request
    (replacing those of the same name) and those ``headersToDownstreamOnAllow`` names are added to the response. A
    5xx answer is an error (rule 7). Any other status denies with that status, the authorizer's body and the answer
@@ -186,14 +188,15 @@ def http_check_head(
     headers = [
         (name, value)
         for name, value in head.headers
-        if name.lower() in _ALWAYS_ASKED or (asked and any_matches(asked, name) and name.lower() not in _OWN)
+        if name.lower() != PARTIAL_BODY
+        and (name.lower() in _ALWAYS_ASKED or (asked and any_matches(asked, name) and name.lower() not in _OWN))
     ]
+    if provider.max_request_bytes is not None and any_matches(asked, PARTIAL_BODY):
+        headers.append((PARTIAL_BODY, "true" if partial else "false"))
     if provider.include_additional_headers:
         added = {name for name, _ in provider.include_additional_headers}
         headers = [(n, v) for n, v in headers if n.lower() not in added]
         headers.extend(provider.include_additional_headers)
-    if provider.max_request_bytes is not None:
-        headers.append((PARTIAL_BODY, "true" if partial else "false"))
     headers.append(("content-length", str(len(body))))
     return RequestHead(
         method=head.method, path=provider.path_prefix + head.path, authority=head.authority, headers=tuple(headers)
@@ -264,7 +267,7 @@ def check_attributes(
         method=head.method,
         path=head.path,
         host=head.authority,
-        headers=pseudo + head.headers,
+        headers=pseudo + tuple((n, v) for n, v in head.headers if n != PARTIAL_BODY),
         request_id=head.header("x-request-id") or "",
         scheme=head.scheme,
         protocol=protocol,
