@@ -470,8 +470,11 @@ def test_errors_give_status_on_error_or_pass_with_fail_open() -> None:
 
 def test_an_allowing_answer_may_name_request_headers_to_remove_but_not_host() -> None:
     answer = (("x-envoy-auth-headers-to-remove", "Authorization, x-token"), ("x-envoy-auth-headers-to-remove", "host"))
-    allowed = judge_http_answer(provider(), 200, answer, b"")
+    allowed = judge_http_answer(provider(headers_to_upstream_on_allow=(HeaderPattern.of("x-*"),)), 200, answer, b"")
     assert isinstance(allowed, CheckAllowed) and allowed.remove == ("authorization", "x-token")
+    assert allowed.upstream == ()  # the list itself is Envoy's, never passed on
+    denied = judge_http_answer(provider(), 403, answer, b"")
+    assert isinstance(denied, CheckDenied) and denied.headers == ()
 
 
 # --- delivery through translate_all -------------------------------------------------------------------------------

@@ -209,8 +209,9 @@ def _picked(answer: Headers, patterns: tuple[HeaderPattern, ...]) -> Headers:
 
 def judge_http_answer(provider: ExtAuthzProvider, status: int, headers: Headers, body: bytes) -> Verdict:
     """What the authorizer's answer means (rules 5-7)."""
+    remove = ",".join(v for n, v in headers if n.lower() == HEADERS_TO_REMOVE) if status == 200 else ""
+    headers = tuple((n, v) for n, v in headers if n.lower() != HEADERS_TO_REMOVE)  # Envoy's, never passed on
     if status == 200:
-        remove = ",".join(v for n, v in headers if n.lower() == HEADERS_TO_REMOVE)
         return CheckAllowed(
             _picked(headers, provider.headers_to_upstream_on_allow),
             _picked(headers, provider.headers_to_downstream_on_allow),
