@@ -73,9 +73,8 @@ import dataclasses
 import logging
 from collections.abc import Callable
 
-from ambit.model.envoyfilter import HeaderAction, HeaderOp
+from ambit.model.envoyfilter import HeaderOp
 from ambit.model.metric_overrides import RequestAttributes
-from ambit.model.requestauth import RequestIdentity
 from ambit.model.routes import HeaderModifier
 from ambit.model.workload import AppProtocol, Service, Workload
 from ambit.proxy.accounting import principal
@@ -83,10 +82,8 @@ from ambit.waypoint.authn import Unauthenticated, plan_authentication
 from ambit.waypoint.authorization import (
     DENIED_BODY,
     check_request,
-    connection_of,
     denial_detail,
     edge_client,
-    request_of,
 )
 from ambit.waypoint.client_cert import plan_client_cert, plan_forwarded_client_cert
 from ambit.waypoint.context import Tunnel, WaypointContext
@@ -103,9 +100,8 @@ from ambit.waypoint.destinations import (
 from ambit.waypoint.downstream import Outcome, RequestSide, respond
 from ambit.waypoint.dynamic_hosts import judge_name, name_of_host, plan_request
 from ambit.waypoint.envoy_patches import edit_request
-from ambit.waypoint.ext_authz import CheckAllowed, CheckDenied, CustomPolicies, DeniedOutright, Verdict
-from ambit.waypoint.ext_authz_body import read_ahead
-from ambit.waypoint.ext_authz_client import fetch_verdict
+from ambit.waypoint.ext_authz import CheckDenied, apply_allowed
+from ambit.waypoint.ext_authz_client import fetch_custom_verdict
 from ambit.waypoint.forwarded_for import edge_headers
 from ambit.waypoint.forwarding import Plan, forward
 from ambit.waypoint.http1 import BodyData, MessageEnded, RequestStarted, Signal
@@ -140,50 +136,6 @@ def _finalized_by(
     patches = ctx.routes.current.envoy_patches
     route_ops = patches.route_response_ops(target.service.hostname, target.port) if patches.routes else ()
     return route_ops + filter_ops, decision.response_headers
-
-
-async def _external_authorization(
-    ctx: WaypointContext,
-    tunnel: Tunnel,
-    custom: CustomPolicies,
-    head: RequestHead,
-    identity: RequestIdentity | None,
-    started: RequestStarted,
-    down: RequestSide,
-) -> tuple[Verdict | None, RequestSide]:
-    """The CUSTOM step (:mod:`ambit.waypoint.ext_authz`): None when no CUSTOM rule matches the request; and the
-    client's side to read the body through from now on (:mod:`ambit.waypoint.ext_authz_body`)."""
-    edge = edge_client(ctx, tunnel, head)
-    step = custom.step(connection_of(tunnel), request_of(head, identity, edge[1] if edge else None))
-    if step is None:
-        return None, down
-    if isinstance(step, DeniedOutright):  # rule 3: istiod's deny configs
-        reason = f"rbac_access_denied_matched_policy[{step.policy}]: several CUSTOM providers"
-        return CheckDenied(403, (), DENIED_BODY, reason, flags="-"), down
-    body = None
-    if step.max_request_bytes is not None and started.has_body:
-        body = await read_ahead(down, step.max_request_bytes)
-        down = body.side
-        if body.longer and not step.allow_partial_message:  # ext_authz_body rule 2
-            return CheckDenied(413, (), b"Payload Too Large", "request_payload_too_large", flags="-"), down
-    verdict = await fetch_verdict(ctx, tunnel, step, head, started.version, body)
-    if isinstance(verdict, CheckAllowed) and verdict.reason:
-        log.info("ext_authz: %s", verdict.reason)
-    return verdict, down
-
-
-def _allowed_by_authorizer(
-    head: RequestHead, allowed: CheckAllowed, filter_ops: tuple[HeaderOp, ...]
-) -> tuple[RequestHead, tuple[HeaderOp, ...]]:
-    """The request with the authorizer's upstream headers set, and the response edits with its downstream ones
-    added (ext_authz rule 5)."""
-    if allowed.upstream or allowed.remove:
-        names = {name for name, _ in allowed.upstream} | set(allowed.remove)
-        kept = tuple((n, v) for n, v in head.headers if n not in names)
-        head = dataclasses.replace(head, headers=kept + allowed.upstream)
-    if allowed.downstream:
-        filter_ops = tuple(HeaderOp(HeaderAction.APPEND, n, v) for n, v in allowed.downstream) + filter_ops
-    return head, filter_ops
 
 
 async def serve_request(
@@ -224,7 +176,7 @@ async def serve_request(
         identity = None
     custom = ctx.authorizer.custom(config, key)
     if custom is not None:  # CUSTOM before DENY and ALLOW (ext_authz rule 1)
-        checked, down = await _external_authorization(ctx, tunnel, custom, head, identity, started, down)
+        checked, down = await fetch_custom_verdict(ctx, tunnel, custom, head, identity, started, down)
         if isinstance(checked, CheckDenied):
             keep = await _drain(down, started)
             ops, modifier = _finalized_by(ctx, tunnel, arrived, filter_ops)
@@ -241,7 +193,7 @@ async def serve_request(
             outcome.error = checked.reason
             return keep
         if checked is not None:
-            head, filter_ops = _allowed_by_authorizer(head, checked, filter_ops)
+            head, filter_ops = apply_allowed(head, checked, filter_ops)
     authz = check_request(ctx, tunnel, head, identity)
     if not authz.allowed:
         keep = await _drain(down, started)

@@ -4,9 +4,10 @@ RBAC filter): which requests an external authorizer decides, what it is asked, a
 Theory of operation: pure. :class:`CustomPolicies` holds the CUSTOM policies that apply to one destination;
 :meth:`CustomPolicies.step` says, for one request, whether nothing is to be asked, the request is denied outright,
 or which authorizer to ask. :func:`http_check_head` builds the check request for an ``envoyExtAuthzHttp``
-provider, :func:`judge_http_answer` reads its answer, :func:`on_error` says what an authorizer that could not be
-asked means. The shell (:mod:`ambit.waypoint.ext_authz_client`) does the I/O, the exchange
-(:mod:`ambit.waypoint.exchange`) applies the :data:`Verdict`.
+provider (:func:`check_attributes` the ``AttributeContext`` of a gRPC one), :func:`judge_http_answer` and
+:func:`judge_grpc_answer` read the answers, :func:`on_error` says what an authorizer that could not be asked means.
+The shell (:mod:`ambit.waypoint.ext_authz_client`) does the I/O; the exchange (:mod:`ambit.waypoint.exchange`)
+answers a :class:`CheckDenied` and applies a :class:`CheckAllowed` with :func:`apply_allowed`.
 
 Rules:
 
@@ -59,10 +60,12 @@ Rules:
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ambit.model.envoyfilter import HeaderAction, HeaderOp
 from ambit.model.extauthz import ExtAuthzProvider, HeaderPattern, any_matches
 from ambit.model.field_names import is_token
 from ambit.model.policy import Action, Policy
@@ -79,7 +82,9 @@ __all__ = [
     "CheckAllowed",
     "CheckDenied",
     "CustomPolicies",
+    "DeniedOutright",
     "Verdict",
+    "apply_allowed",
     "check_attributes",
     "http_check_head",
     "judge_grpc_answer",
@@ -282,6 +287,20 @@ def check_attributes(
         body=body,
         raw_body=raw_body,
     )
+
+
+def apply_allowed(
+    head: RequestHead, allowed: CheckAllowed, response_ops: tuple[HeaderOp, ...]
+) -> tuple[RequestHead, tuple[HeaderOp, ...]]:
+    """The request with the authorizer's upstream headers set and those it names removed, and the response edits
+    with its downstream headers added first (rules 5, 8, 9)."""
+    if allowed.upstream or allowed.remove:
+        names = {name for name, _ in allowed.upstream} | set(allowed.remove)
+        kept = tuple((n, v) for n, v in head.headers if n not in names)
+        head = dataclasses.replace(head, headers=kept + allowed.upstream)
+    if allowed.downstream:
+        response_ops = tuple(HeaderOp(HeaderAction.APPEND, n, v) for n, v in allowed.downstream) + response_ops
+    return head, response_ops
 
 
 def on_error(provider: ExtAuthzProvider, reason: str) -> Verdict:

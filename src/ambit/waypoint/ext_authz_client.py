@@ -8,7 +8,9 @@ HTTP/1.1 request (:func:`~ambit.waypoint.ext_authz.http_check_head`); a gRPC pro
 ``envoy.service.auth.v3.Authorization/Check`` (:mod:`ambit.waypoint.ext_authz_wire`) on the waypoint's shared
 HTTP/2 sessions to the endpoint (:mod:`ambit.waypoint.http2_upstream`). The whole exchange, connecting included,
 is bounded by the provider's ``timeout``; any failure is turned into the provider's error verdict
-(:func:`~ambit.waypoint.ext_authz.on_error`), never raised.
+(:func:`~ambit.waypoint.ext_authz.on_error`), never raised. :func:`fetch_custom_verdict` is the exchange's whole
+CUSTOM step for one request: the applicable CUSTOM policies' trigger, the body read ahead when the provider wants
+it, then the check.
 
 Rules:
 
@@ -27,18 +29,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import TYPE_CHECKING
 
 from ambit.errors import AmbitError
 from ambit.hbone.errors import HboneError
 from ambit.hbone.grpc_calls import MessageReader, call_status, encode_message, request_headers
 from ambit.model.extauthz import ExtAuthzProvider, ProviderKind
-from ambit.waypoint.authorization import connection_of
+from ambit.waypoint.authorization import DENIED_BODY, connection_of, edge_client, request_of
 from ambit.waypoint.context import Tunnel, WaypointContext
 from ambit.waypoint.decisions import RequestHead
 from ambit.waypoint.destinations import Endpoint
 from ambit.waypoint.ext_authz import (
     MAX_ANSWER_BODY,
     MAX_ANSWER_HEADERS,
+    CheckAllowed,
+    CheckDenied,
+    CustomPolicies,
+    DeniedOutright,
     Peers,
     Verdict,
     check_attributes,
@@ -47,20 +54,24 @@ from ambit.waypoint.ext_authz import (
     judge_http_answer,
     on_error,
 )
-from ambit.waypoint.ext_authz_body import ReadAhead
+from ambit.waypoint.ext_authz_body import ReadAhead, read_ahead
 from ambit.waypoint.ext_authz_wire import (
     CheckAttributes,
     ExtAuthzWireError,
     decode_check_response,
     encode_check_request,
 )
-from ambit.waypoint.http1 import BodyData, MessageEnded, Signal
+from ambit.waypoint.http1 import BodyData, MessageEnded, RequestStarted, Signal
 from ambit.waypoint.http1_events import ResponseStarted
 from ambit.waypoint.http2_upstream import http2_connector
 
+if TYPE_CHECKING:
+    from ambit.model.requestauth import RequestIdentity
+    from ambit.waypoint.downstream import RequestSide
+
 log = logging.getLogger("ambit.waypoint.ext_authz")
 
-__all__ = ["fetch_connection_verdict", "fetch_verdict", "find_authorizer"]
+__all__ = ["fetch_connection_verdict", "fetch_custom_verdict", "fetch_verdict", "find_authorizer"]
 
 
 class _AnswerError(AmbitError):
@@ -107,6 +118,36 @@ async def fetch_verdict(
         return on_error(provider, f"ext_authz_error: {provider.name} did not answer within {provider.timeout:g}s")
     except (AmbitError, HboneError, OSError) as exc:
         return on_error(provider, f"ext_authz_error: {provider.name}: {exc}")
+
+
+async def fetch_custom_verdict(
+    ctx: WaypointContext,
+    tunnel: Tunnel,
+    custom: CustomPolicies,
+    head: RequestHead,
+    identity: RequestIdentity | None,
+    started: RequestStarted,
+    down: RequestSide,
+) -> tuple[Verdict | None, RequestSide]:
+    """The CUSTOM step of one request (:mod:`ambit.waypoint.ext_authz`): None when no CUSTOM rule matches it; and
+    the client's side to read the body through from now on (:mod:`ambit.waypoint.ext_authz_body`)."""
+    edge = edge_client(ctx, tunnel, head)
+    step = custom.step(connection_of(tunnel), request_of(head, identity, edge[1] if edge else None))
+    if step is None:
+        return None, down
+    if isinstance(step, DeniedOutright):  # rule 3: istiod's deny configs
+        reason = f"rbac_access_denied_matched_policy[{step.policy}]: several CUSTOM providers"
+        return CheckDenied(403, (), DENIED_BODY, reason, flags="-"), down
+    body = None
+    if step.max_request_bytes is not None and started.has_body:
+        body = await read_ahead(down, step.max_request_bytes)
+        down = body.side
+        if body.longer and not step.allow_partial_message:  # ext_authz_body rule 2
+            return CheckDenied(413, (), b"Payload Too Large", "request_payload_too_large", flags="-"), down
+    verdict = await fetch_verdict(ctx, tunnel, step, head, started.version, body)
+    if isinstance(verdict, CheckAllowed) and verdict.reason:
+        log.info("ext_authz: %s", verdict.reason)
+    return verdict, down
 
 
 async def _http_check(
