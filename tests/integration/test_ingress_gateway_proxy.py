@@ -30,6 +30,7 @@ from tests.unit.jwt_keys import Signer, claims, rsa_signer
 from ambit.api.discovery_pb2 import DeltaDiscoveryRequest
 from ambit.hbone.headers import parse_authority
 from ambit.identity.localca import LocalCa
+from ambit.model.extauthz import ExtAuthzProvider, ProviderKind
 from ambit.model.identity import SpiffeId
 from ambit.model.ingress import GatewayConfig, IngressCertificate, IngressListener, ListenerProtocol, VirtualHost
 from ambit.model.localconfig import LocalConfig, render_local_config
@@ -702,3 +703,25 @@ async def test_a_service_with_a_canary_waypoint_is_split_per_request_by_the_draw
         assert endpoint.authorities == []  # never straight to the endpoint
     finally:
         await canary.aclose()
+
+
+async def test_at_the_gateway_a_custom_policy_asks_its_authorizer_first(
+    gateway: tuple[IngressGateway, EchoEndpoint, dict[str, KeyPair]], signer: Signer
+) -> None:
+    """CUSTOM at an ingress gateway (Istio's External Authorization task, gateway variant): the echo Service stands
+    in for an authorizer that allows everything; one the gateway cannot reach is an error (403, flag UAEX) unless
+    failOpen."""
+    proc, endpoint, _ = gateway
+    await ready(proc)
+
+    def custom(service: str, fail_open: bool = False) -> Policy:
+        ext = ExtAuthzProvider("authz", ProviderKind.HTTP, service, 80, timeout=5.0, fail_open=fail_open)
+        return Policy("ext-authz", "edge", Scope.WAYPOINT, Action.CUSTOM, (Rule(),), ext_authz=ext)
+
+    port, _ = with_policies(proc, signer, custom("app/echo.app.svc.cluster.local"))
+    assert (await send(port, "/x", []))[0] == 200
+    assert endpoint.peers == [GATEWAY_ID]  # the check and the request, on one kept connection
+    port, _ = with_policies(proc, signer, custom("app/nothing.app.svc.cluster.local"))
+    assert await send(port, "/x", []) == (403, b"")
+    port, _ = with_policies(proc, signer, custom("app/nothing.app.svc.cluster.local", fail_open=True))
+    assert (await send(port, "/x", []))[0] == 200

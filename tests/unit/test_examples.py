@@ -86,7 +86,7 @@ def test_every_service_selects_a_deployment_and_a_named_port() -> None:
 
 
 def test_policy_allows_the_frontend_identity_to_reach_the_backend() -> None:
-    (policy,) = of_kind("AuthorizationPolicy")
+    (policy,) = [p for p in of_kind("AuthorizationPolicy") if p["metadata"]["namespace"] == "demo"]
     assert policy["spec"]["action"] == "ALLOW"
     assert policy["spec"]["selector"]["matchLabels"] == {"app": "backend"}
     principals = policy["spec"]["rules"][0]["from"][0]["source"]["principals"]

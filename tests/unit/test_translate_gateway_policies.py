@@ -200,3 +200,33 @@ def test_a_policy_targeting_the_istio_gateway_class_is_refused_with_istiods_reas
     assert [(s.name, s.field) for s in translation.skipped if s.kind == "RequestAuthentication"] == [
         ("j", "spec.targetRefs[0].name")
     ]
+
+
+def test_a_custom_policy_selecting_the_gateway_carries_its_authorizer_over_the_wire() -> None:
+    """Istio's External Authorization task at an ingress gateway: a selector policy with action CUSTOM."""
+    mesh = """
+extensionProviders:
+- name: sample-ext-authz-grpc
+  envoyExtAuthzGrpc: {service: ext-authz.foo.svc.cluster.local, port: 9000}
+"""
+    policy = authz(
+        "ext-authz",
+        selector={"matchLabels": {"istio.io/gateway-name": "edge"}},
+        action="CUSTOM",
+        provider={"name": "sample-ext-authz-grpc"},
+    )
+    translation = translate_all(
+        [],
+        [],
+        [],
+        [namespace("edge"), namespace(ROOT)],
+        gateways=[gateway()],
+        authorization_policies=[policy],
+        config_maps=[{"metadata": {"name": "istio", "namespace": ROOT}, "data": {"mesh": mesh}}],
+        root_namespace=ROOT,
+    )
+    (config,) = translation.gateway_configs
+    (found,) = config.policies
+    assert found.action is Action.CUSTOM and found.ext_authz is not None
+    assert (found.ext_authz.name, found.ext_authz.port) == ("sample-ext-authz-grpc", 9000)
+    assert decode_gateway_config("edge/edge", pack_gateway_config(gateway_config_to_proto(config))) == config

@@ -274,11 +274,14 @@ def test_actions_and_dry_run() -> None:
     assert policy is not None and policy.dry_run
 
 
-def test_custom_fails_closed_as_a_deny_of_its_rules_and_says_so() -> None:
-    result = translate_waypoint_policy(ap(rules=[{"to": [{"operation": {"paths": ["/x"]}}]}], action="CUSTOM"), INDEX)
+def test_custom_with_an_unknown_provider_fails_closed_as_a_deny_of_its_rules_and_says_so() -> None:
+    """istiod's builder: "failed to process CUSTOM action ..., will generate deny configs"."""
+    policy = ap(rules=[{"to": [{"operation": {"paths": ["/x"]}}]}], action="CUSTOM", provider={"name": "nope"})
+    result = translate_waypoint_policy(policy, INDEX)
     assert result.waypoint_policy is not None and result.waypoint_policy.action is Action.DENY
+    assert result.waypoint_policy.ext_authz is None
     assert result.waypoint_policy.rules == (Rule((Clause((Match(paths=s("/x")),)),)),)
-    assert result.status is not None and "CUSTOM action is not supported" in result.status.message
+    assert result.status is not None and "provider 'nope' is not an external authorizer" in result.status.message
 
 
 @pytest.mark.parametrize(

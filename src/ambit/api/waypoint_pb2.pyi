@@ -21,6 +21,12 @@ class HeaderAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     HEADER_OVERWRITE_IF_EXISTS: _ClassVar[HeaderAction]
     HEADER_REMOVE: _ClassVar[HeaderAction]
 
+class ExtAuthzKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EXT_AUTHZ_KIND_UNSPECIFIED: _ClassVar[ExtAuthzKind]
+    EXT_AUTHZ_KIND_HTTP: _ClassVar[ExtAuthzKind]
+    EXT_AUTHZ_KIND_GRPC: _ClassVar[ExtAuthzKind]
+
 class PolicyScope(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     POLICY_SCOPE_UNSPECIFIED: _ClassVar[PolicyScope]
@@ -33,6 +39,7 @@ class PolicyAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     POLICY_ACTION_ALLOW: _ClassVar[PolicyAction]
     POLICY_ACTION_DENY: _ClassVar[PolicyAction]
     POLICY_ACTION_AUDIT: _ClassVar[PolicyAction]
+    POLICY_ACTION_CUSTOM: _ClassVar[PolicyAction]
 
 class PathMatchType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -85,6 +92,9 @@ HEADER_ADD_IF_ABSENT: HeaderAction
 HEADER_OVERWRITE: HeaderAction
 HEADER_OVERWRITE_IF_EXISTS: HeaderAction
 HEADER_REMOVE: HeaderAction
+EXT_AUTHZ_KIND_UNSPECIFIED: ExtAuthzKind
+EXT_AUTHZ_KIND_HTTP: ExtAuthzKind
+EXT_AUTHZ_KIND_GRPC: ExtAuthzKind
 POLICY_SCOPE_UNSPECIFIED: PolicyScope
 POLICY_SCOPE_WAYPOINT: PolicyScope
 POLICY_SCOPE_SERVICE: PolicyScope
@@ -92,6 +102,7 @@ POLICY_ACTION_UNSPECIFIED: PolicyAction
 POLICY_ACTION_ALLOW: PolicyAction
 POLICY_ACTION_DENY: PolicyAction
 POLICY_ACTION_AUDIT: PolicyAction
+POLICY_ACTION_CUSTOM: PolicyAction
 PATH_MATCH_TYPE_UNSPECIFIED: PathMatchType
 PATH_EXACT: PathMatchType
 PATH_PREFIX: PathMatchType
@@ -190,7 +201,7 @@ class HeaderOp(_message.Message):
     def __init__(self, action: _Optional[_Union[HeaderAction, str]] = ..., name: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
 
 class WaypointPolicy(_message.Message):
-    __slots__ = ("name", "namespace", "scope", "action", "rules", "dry_run", "services")
+    __slots__ = ("name", "namespace", "scope", "action", "rules", "dry_run", "services", "ext_authz")
     NAME_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     SCOPE_FIELD_NUMBER: _ClassVar[int]
@@ -198,6 +209,7 @@ class WaypointPolicy(_message.Message):
     RULES_FIELD_NUMBER: _ClassVar[int]
     DRY_RUN_FIELD_NUMBER: _ClassVar[int]
     SERVICES_FIELD_NUMBER: _ClassVar[int]
+    EXT_AUTHZ_FIELD_NUMBER: _ClassVar[int]
     name: str
     namespace: str
     scope: PolicyScope
@@ -205,7 +217,44 @@ class WaypointPolicy(_message.Message):
     rules: _containers.RepeatedCompositeFieldContainer[PolicyRule]
     dry_run: bool
     services: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., namespace: _Optional[str] = ..., scope: _Optional[_Union[PolicyScope, str]] = ..., action: _Optional[_Union[PolicyAction, str]] = ..., rules: _Optional[_Iterable[_Union[PolicyRule, _Mapping]]] = ..., dry_run: _Optional[bool] = ..., services: _Optional[_Iterable[str]] = ...) -> None: ...
+    ext_authz: ExtAuthzProvider
+    def __init__(self, name: _Optional[str] = ..., namespace: _Optional[str] = ..., scope: _Optional[_Union[PolicyScope, str]] = ..., action: _Optional[_Union[PolicyAction, str]] = ..., rules: _Optional[_Iterable[_Union[PolicyRule, _Mapping]]] = ..., dry_run: _Optional[bool] = ..., services: _Optional[_Iterable[str]] = ..., ext_authz: _Optional[_Union[ExtAuthzProvider, _Mapping]] = ...) -> None: ...
+
+class ExtAuthzProvider(_message.Message):
+    __slots__ = ("name", "kind", "service", "port", "timeout_ms", "fail_open", "status_on_error", "path_prefix", "include_request_headers", "include_additional_headers", "headers_to_upstream_on_allow", "headers_to_downstream_on_deny", "headers_to_downstream_on_allow", "max_request_bytes", "allow_partial_message", "pack_as_bytes")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    SERVICE_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    FAIL_OPEN_FIELD_NUMBER: _ClassVar[int]
+    STATUS_ON_ERROR_FIELD_NUMBER: _ClassVar[int]
+    PATH_PREFIX_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_REQUEST_HEADERS_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_ADDITIONAL_HEADERS_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_TO_UPSTREAM_ON_ALLOW_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_TO_DOWNSTREAM_ON_DENY_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_TO_DOWNSTREAM_ON_ALLOW_FIELD_NUMBER: _ClassVar[int]
+    MAX_REQUEST_BYTES_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_PARTIAL_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    PACK_AS_BYTES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    kind: ExtAuthzKind
+    service: str
+    port: int
+    timeout_ms: int
+    fail_open: bool
+    status_on_error: int
+    path_prefix: str
+    include_request_headers: _containers.RepeatedScalarFieldContainer[str]
+    include_additional_headers: _containers.RepeatedCompositeFieldContainer[HeaderValue]
+    headers_to_upstream_on_allow: _containers.RepeatedScalarFieldContainer[str]
+    headers_to_downstream_on_deny: _containers.RepeatedScalarFieldContainer[str]
+    headers_to_downstream_on_allow: _containers.RepeatedScalarFieldContainer[str]
+    max_request_bytes: int
+    allow_partial_message: bool
+    pack_as_bytes: bool
+    def __init__(self, name: _Optional[str] = ..., kind: _Optional[_Union[ExtAuthzKind, str]] = ..., service: _Optional[str] = ..., port: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., fail_open: _Optional[bool] = ..., status_on_error: _Optional[int] = ..., path_prefix: _Optional[str] = ..., include_request_headers: _Optional[_Iterable[str]] = ..., include_additional_headers: _Optional[_Iterable[_Union[HeaderValue, _Mapping]]] = ..., headers_to_upstream_on_allow: _Optional[_Iterable[str]] = ..., headers_to_downstream_on_deny: _Optional[_Iterable[str]] = ..., headers_to_downstream_on_allow: _Optional[_Iterable[str]] = ..., max_request_bytes: _Optional[int] = ..., allow_partial_message: _Optional[bool] = ..., pack_as_bytes: _Optional[bool] = ...) -> None: ...
 
 class PolicyRule(_message.Message):
     __slots__ = ("clauses",)

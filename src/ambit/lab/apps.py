@@ -24,6 +24,10 @@
   app serves its common ports: KIND is ``http``, ``https`` (certificate for ``H``), ``grpc``, ``tcp`` or
   ``server-first``; BIND is an address (``127.0.0.1``), or ``pod`` for the pod's own IP only. Its TCP listeners
   answer a read of exactly ``whoami\\n`` with a JSON line naming the pod and the client's address.
+- ``ext-authz --http P --grpc P [--allow-service-account A]``: an external authorizer as Istio's
+  ``samples/extauthz`` (:mod:`ambit.lab.ext_authz_app`): allows a check that carries ``x-ext-authz: allow``,
+  denies 403 with a body naming the header otherwise; HTTP on one port (8000), gRPC ``Authorization/Check`` on the
+  other (9000), for Istio's External Authorization task.
 - ``client --url URL | --tcp HOST:PORT [--server-first] --interval S [--count N]``: calls a target in a loop
   and prints one line per attempt (ok + a summary of the answer, or the error), for logs and tests.
 """
@@ -393,6 +397,10 @@ def main(argv: list[str] | None = None) -> int:
     h = sub.add_parser("https-echo")
     h.add_argument("--port", type=int, default=8443)
     h.add_argument("--hostname", required=True)
+    e = sub.add_parser("ext-authz")
+    e.add_argument("--http", type=int, default=8000, help="the HTTP check port")
+    e.add_argument("--grpc", type=int, default=9000, help="the gRPC check port")
+    e.add_argument("--allow-service-account", default="a", help="a gRPC check from it is allowed without the header")
     c = sub.add_parser("client")
     target = c.add_mutually_exclusive_group(required=True)
     target.add_argument("--url")
@@ -416,6 +424,10 @@ def main(argv: list[str] | None = None) -> int:
             asyncio.run(_multi_echo(listeners, args.hostname))
         elif args.app == "grpc-echo":
             asyncio.run(_grpc_echo(args.port))
+        elif args.app == "ext-authz":
+            from ambit.lab.ext_authz_app import serve
+
+            asyncio.run(serve(args.http, args.grpc, allowed_account=args.allow_service_account))
         elif args.app in ("tcp-echo", "server-first"):
             asyncio.run(_tcp_echo(args.port, banner=args.app == "server-first"))
         else:

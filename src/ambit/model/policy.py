@@ -14,7 +14,8 @@ Invariants:
 - The L7 fields of :class:`Match` (below its L4 ones) are never sent to a node proxy: the control plane drops them
   for the node proxy as istiod does (spec §7.2) and the ztunnel codec refuses a match that has one. Only the
   waypoint's configuration carries them. :attr:`Match.is_l7` says whether a match has any.
-- :class:`Action.AUDIT` exists only at L7 (it never changes a decision; the waypoint logs it).
+- :class:`Action.AUDIT` exists only at L7 (it never changes a decision; the waypoint logs it), and so does
+  :class:`Action.CUSTOM` (its rules choose the requests an external authorizer decides).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from __future__ import annotations
 import enum
 import ipaddress
 from dataclasses import dataclass, field
+
+from ambit.model.extauthz import ExtAuthzProvider
 
 __all__ = [
     "Action",
@@ -62,6 +65,9 @@ class Action(enum.Enum):
     DENY = 1
     AUDIT = 2
     """Waypoint only: marks matching requests for the access log, never changes the decision (spec §7.1)."""
+    CUSTOM = 3
+    """Waypoint only: requests matching its rules are checked with the external authorizer in
+    :attr:`Policy.ext_authz` before any DENY or ALLOW policy is looked at (:mod:`ambit.waypoint.ext_authz`)."""
 
 
 class StringMatchKind(enum.Enum):
@@ -281,6 +287,8 @@ class Policy:
     services: tuple[str, ...] = ()
     """Scope SERVICE: the keys (``namespace/hostname``, as :attr:`~ambit.model.routes.RouteTable.service_key`) of
     the Services and ServiceEntries the policy targets."""
+    ext_authz: ExtAuthzProvider | None = None
+    """Action CUSTOM: the external authorizer its provider names (always set for CUSTOM, never otherwise)."""
 
     @property
     def key(self) -> str:

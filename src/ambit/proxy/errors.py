@@ -46,6 +46,8 @@ class ResponseFlag(enum.StrEnum):
     """Over a connection limit (a waypoint's DestinationRule ``maxConnections``; Envoy's upstream overflow)."""
     DNS_FAILED = "DF"
     """A hostname endpoint's name did not resolve (a waypoint's dynamic DNS host; Envoy's DNS resolution failure)."""
+    UNAUTHORIZED_EXTERNAL = "UAEX"
+    """Denied by an external authorizer (a waypoint's AuthorizationPolicy CUSTOM; Envoy's ext_authz)."""
 
 
 class ProxyError(AmbitError):

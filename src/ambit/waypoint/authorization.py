@@ -29,6 +29,9 @@ Rules:
    ``requestPrincipals`` list then fails, a negative one holds).
 6. TCP through the waypoint has no request: the engine applies rule 13 of :mod:`ambit.rbac` (an ALLOW rule with
    L7 fields never matches, a DENY ignores its L7 fields).
+7. CUSTOM policies are not the engine's: :meth:`WaypointAuthorizer.custom` gives them, per destination, to the
+   external authorization step (:mod:`ambit.waypoint.ext_authz`), which runs before :func:`check_request` and
+   :func:`check_connection` (a TCP connection is checked only by a gRPC provider, its rule 10).
 """
 
 from __future__ import annotations
@@ -41,12 +44,13 @@ from urllib.parse import urlsplit
 
 from ambit.hbone.errors import AuthorityError
 from ambit.hbone.headers import parse_authority
-from ambit.model.policy import Scope
+from ambit.model.policy import Action, Scope
 from ambit.model.requestauth import RequestIdentity
 from ambit.model.routes import WaypointConfig
 from ambit.model.workload import IPAddress
 from ambit.rbac import Applicable, Connection, Decision, Request, decide
 from ambit.waypoint.destinations import ServiceTarget
+from ambit.waypoint.ext_authz import CustomPolicies
 from ambit.waypoint.forwarded_for import trusted_client
 
 if TYPE_CHECKING:
@@ -175,10 +179,9 @@ class WaypointAuthorizer:
 
     def __init__(self) -> None:
         self._config: WaypointConfig | None = None
-        self._cache: dict[str, Applicable] = {}
+        self._cache: dict[str, tuple[Applicable, CustomPolicies | None]] = {}
 
-    def applicable(self, config: WaypointConfig, service_key: str) -> Applicable:
-        """For ``service_key`` (empty: a workload-addressed tunnel)."""
+    def _split(self, config: WaypointConfig, service_key: str) -> tuple[Applicable, CustomPolicies | None]:
         if config is not self._config:
             self._config, self._cache = config, {}
         found = self._cache.get(service_key)
@@ -188,8 +191,17 @@ class WaypointAuthorizer:
                 for p in config.policies
                 if p.scope is Scope.WAYPOINT or (p.scope is Scope.SERVICE and service_key in p.services)
             ]
-            found = self._cache[service_key] = Applicable.of(policies, ())
+            rest = [p for p in policies if p.action is not Action.CUSTOM]
+            found = self._cache[service_key] = (Applicable.of(rest, ()), CustomPolicies.of(policies))
         return found
+
+    def applicable(self, config: WaypointConfig, service_key: str) -> Applicable:
+        """For ``service_key`` (empty: a workload-addressed tunnel), CUSTOM policies aside (rule 7)."""
+        return self._split(config, service_key)[0]
+
+    def custom(self, config: WaypointConfig, service_key: str) -> CustomPolicies | None:
+        """The CUSTOM policies for ``service_key`` (rule 7), or None."""
+        return self._split(config, service_key)[1]
 
 
 def check_request(

@@ -18,7 +18,10 @@ answer goes) and its version (``RequestStarted.version``). :func:`serve_request`
    :func:`~ambit.waypoint.client_cert.plan_forwarded_client_cert`), so authentication, policies, routes and the
    backend see only that; then authenticates the request (RequestAuthentication,
    :func:`ambit.waypoint.authn.plan_authentication`): a token that no rule accepts is answered 401 (403 for its
-   audience) with Envoy's reason, before anything else; then authorizes it
+   audience) with Envoy's reason, before anything else; then, when a CUSTOM policy's rules match it, asks that
+   policy's external authorizer (:mod:`ambit.waypoint.ext_authz`; the body read ahead first when the provider wants
+   it, :mod:`ambit.waypoint.ext_authz_body`): a denial is answered with the authorizer's status, headers and body
+   and flag ``UAEX``, an allow adds the authorizer's headers to the request and the response; then authorizes it
    (:func:`ambit.waypoint.authorization.check_request`, with the token's identity): a denied request is answered
    403 ``RBAC: access denied`` with no response flag (Envoy's HTTP RBAC filter sets none) and the matched policy
    in the log line's error. The rest sees the request as authentication left it (the token removed unless
@@ -106,6 +109,8 @@ from ambit.waypoint.destinations import (
 from ambit.waypoint.downstream import Outcome, RequestSide, respond
 from ambit.waypoint.dynamic_hosts import judge_name, name_of_host, plan_request
 from ambit.waypoint.envoy_patches import edit_request
+from ambit.waypoint.ext_authz import CheckDenied, apply_allowed
+from ambit.waypoint.ext_authz_client import fetch_custom_verdict
 from ambit.waypoint.forwarded_for import edge_headers
 from ambit.waypoint.forwarding import Plan, forward
 from ambit.waypoint.grpc_timeout import grpc_timeouts, is_grpc
@@ -185,6 +190,26 @@ async def serve_request(
             head = dataclasses.replace(head, jwt_claims=identity.claims)
     else:
         identity = None
+    custom = ctx.authorizer.custom(config, key)
+    if custom is not None:  # CUSTOM before DENY and ALLOW (ext_authz rule 1)
+        checked, down = await fetch_custom_verdict(ctx, tunnel, custom, head, identity, started, down)
+        if isinstance(checked, CheckDenied):
+            keep = await _drain(down, started)
+            ops, modifier = _finalized_by(ctx, tunnel, arrived, filter_ops)
+            await respond(
+                down,
+                checked.status,
+                checked.headers,
+                checked.body,
+                outcome,
+                flags=checked.flags,
+                edits=ops,
+                route=modifier,
+            )
+            outcome.error = checked.reason
+            return keep
+        if checked is not None:
+            head, filter_ops = apply_allowed(head, checked, filter_ops)
     authz = check_request(ctx, tunnel, head, identity)
     if not authz.allowed:
         keep = await _drain(down, started)

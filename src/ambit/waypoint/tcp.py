@@ -10,7 +10,8 @@ quiet that long too (a connection is idle when nothing moves either way). The tu
 stream to it, relay, and account for it as the node proxy does (``istio_tcp_*`` with reporter="waypoint", one
 access-log line). The policies bound to the waypoint are checked once, before an endpoint is reached
 (:func:`ambit.waypoint.authorization.check_connection`): a denied tunnel is refused 401 (or closed) with flag
-``DENY``.
+``DENY``; before them, a CUSTOM policy's gRPC authorizer (:mod:`ambit.waypoint.ext_authz` rule 10), whose denial
+refuses it with flag ``UAEX``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import contextlib
 import dataclasses
 import logging
 
+from ambit.model.extauthz import ProviderKind
 from ambit.model.routes import BackendService
 from ambit.model.workload import Service
 from ambit.proxy.accounting import Accounting
@@ -27,7 +29,7 @@ from ambit.proxy.errors import ResponseFlag
 from ambit.proxy.hbone_server import TunnelResponder
 from ambit.proxy.streams import ByteStream
 from ambit.telemetry.accesslog import ConnectionRecord
-from ambit.waypoint.authorization import check_connection, denial_detail
+from ambit.waypoint.authorization import check_connection, connection_of, denial_detail
 from ambit.waypoint.context import Tunnel, WaypointContext
 from ambit.waypoint.destinations import (
     PLAIN,
@@ -39,6 +41,8 @@ from ambit.waypoint.destinations import (
     in_dialled_family,
     original_destination,
 )
+from ambit.waypoint.ext_authz import CheckDenied, DeniedOutright
+from ambit.waypoint.ext_authz_client import fetch_connection_verdict
 from ambit.waypoint.traffic_policy import DEFAULT as DEFAULT_BACKEND
 from ambit.waypoint.traffic_policy import Admission, BackendPolicy
 from ambit.waypoint.upstream import UpstreamConnectError, UpstreamDnsError
@@ -107,6 +111,22 @@ def _fail(downstream: ByteStream | TunnelResponder) -> None:
         downstream.reject(503)
     else:
         downstream.abort()
+
+
+async def _external_authorization(ctx: WaypointContext, tunnel: Tunnel) -> tuple[str, ResponseFlag] | None:
+    """The CUSTOM step for a TCP connection (:mod:`ambit.waypoint.ext_authz` rule 10): why it is refused, or None."""
+    custom = ctx.authorizer.custom(ctx.routes.current, tunnel.service_key)
+    if custom is None:
+        return None
+    step = custom.step(connection_of(tunnel), None)
+    if isinstance(step, DeniedOutright):
+        return f"rbac_access_denied_matched_policy[{step.policy}]: several CUSTOM providers", ResponseFlag.DENY
+    if step is None or step.kind is not ProviderKind.GRPC:
+        return None
+    verdict = await fetch_connection_verdict(ctx, tunnel, step)
+    if isinstance(verdict, CheckDenied):
+        return verdict.reason, ResponseFlag.UNAUTHORIZED_EXTERNAL
+    return None
 
 
 def _deny(downstream: ByteStream | TunnelResponder) -> None:
@@ -211,6 +231,11 @@ async def relay_to(
         dst_identity=str(endpoint.workload.identity) if endpoint else "",
     )
     accounting = Accounting(ctx.metrics, ctx.access_log, labels, record, ctx.clock)
+    refused = await _external_authorization(ctx, tunnel)
+    if refused is not None:
+        accounting.failed(*refused)
+        _deny(downstream)
+        return
     decision = check_connection(ctx, tunnel)
     if not decision.allowed:
         accounting.failed(denial_detail(decision), ResponseFlag.DENY)

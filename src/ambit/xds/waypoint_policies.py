@@ -9,7 +9,7 @@ problem raises :class:`XdsConversionError` naming the field, e.g.
 
 Rules:
 
-1. Scope is WAYPOINT or SERVICE, action ALLOW, DENY or AUDIT; the unspecified value and values this build does
+1. Scope is WAYPOINT or SERVICE, action ALLOW, DENY, AUDIT or CUSTOM; the unspecified value and values this build does
    not know are refused (a policy read the wrong way changes who gets in). A SERVICE policy lists at least one
    service, a WAYPOINT policy none; a service is ``namespace/hostname``.
 2. Name and namespace are required; every string is printable.
@@ -17,6 +17,7 @@ Rules:
    matches and header names are lower-cased on reading (their comparison is case-insensitive).
 4. Addresses and ports as the node proxy's policies (:class:`~ambit.xds.authorization.PolicyReader`).
 5. A path template must be one (``{*}`` or ``{**}``) and valid (:func:`ambit.model.path_templates.template_problem`).
+6. A CUSTOM policy carries its external authorizer (:mod:`ambit.xds.ext_authz`), any other none.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from ambit.model.policy import (
     StringMatch,
 )
 from ambit.xds.authorization import PolicyReader, address_to_proto, string_match_to_proto
+from ambit.xds.ext_authz import ext_authz_from_proto, ext_authz_to_proto
 
 __all__ = ["waypoint_policy_from_proto", "waypoint_policy_to_proto"]
 
@@ -48,6 +50,7 @@ _ACTIONS = {
     Action.ALLOW: pb.POLICY_ACTION_ALLOW,
     Action.DENY: pb.POLICY_ACTION_DENY,
     Action.AUDIT: pb.POLICY_ACTION_AUDIT,
+    Action.CUSTOM: pb.POLICY_ACTION_CUSTOM,
 }
 _SCOPE_OF = {v: k for k, v in _SCOPES.items()}
 _ACTION_OF = {v: k for k, v in _ACTIONS.items()}
@@ -121,6 +124,7 @@ def waypoint_policy_to_proto(policy: Policy) -> pb.WaypointPolicy:
         ],
         dry_run=policy.dry_run,
         services=list(policy.services),
+        ext_authz=ext_authz_to_proto(policy.ext_authz) if policy.ext_authz is not None else None,
     )
 
 
@@ -217,6 +221,10 @@ def waypoint_policy_from_proto(read: PolicyReader, field: str, message: pb.Waypo
         raise read.fail(f"{field}.services", "a SERVICE policy names at least one service")
     if scope is Scope.WAYPOINT and services:
         raise read.fail(f"{field}.services", "a WAYPOINT policy names no service")
+    has_ext_authz = message.HasField("ext_authz")
+    if (action is Action.CUSTOM) != has_ext_authz:
+        raise read.fail(f"{field}.ext_authz", "a CUSTOM policy, and only a CUSTOM policy, names an authorizer")
+    ext_authz = ext_authz_from_proto(read, f"{field}.ext_authz", message.ext_authz) if has_ext_authz else None
     return Policy(
         name=read.text(f"{field}.name", message.name, required=True),
         namespace=read.text(f"{field}.namespace", message.namespace, required=True),
@@ -238,4 +246,5 @@ def waypoint_policy_from_proto(read: PolicyReader, field: str, message: pb.Waypo
         ),
         dry_run=message.dry_run,
         services=services,
+        ext_authz=ext_authz,
     )

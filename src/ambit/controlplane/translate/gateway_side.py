@@ -103,7 +103,13 @@ def gateway_side(
         ingress_pods,
         side.waypoint_policies,
         # Only ingress gateways enforce selector policies here: without one, no policy's L7 form is needed.
-        [p for p in map(translate_selected_policy, authorization_policies) if p is not None] if ingress_pods else [],
+        [
+            p
+            for p in (translate_selected_policy(o, mesh.ext_authz_providers) for o in authorization_policies)
+            if p is not None
+        ]
+        if ingress_pods
+        else [],
         root_namespace=root_namespace,
     )
     gateway_authn = gateway_request_authentications(

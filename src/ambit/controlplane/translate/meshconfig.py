@@ -38,6 +38,8 @@ Rules:
    ``gatewayTopology.forwardClientCertDetails`` are read, for the ingress gateways
    (:mod:`ambit.controlplane.translate.gateway_topology`); a ``defaultConfig`` that is not an object, a count out
    of range, or a mode Istio does not name, is an error (rule 2).
+9. ``extensionProviders``: the external authorizers (``envoyExtAuthzHttp``, ``envoyExtAuthzGrpc``) read by
+   :mod:`ambit.controlplane.translate.extension_providers` (its rules); an invalid list is an error (rule 2).
 """
 
 from __future__ import annotations
@@ -49,10 +51,12 @@ from typing import Any, TypeVar
 
 import yaml
 
+from ambit.controlplane.translate.extension_providers import parse_extension_providers
 from ambit.controlplane.translate.gateway_topology import forward_client_cert, num_trusted_proxies
 from ambit.controlplane.translate.skips import ObjectKind, Skipped, skipped
 from ambit.errors import AmbitError
 from ambit.model import untrusted_yaml
+from ambit.model.extauthz import ExtAuthzProvider
 from ambit.model.ingress import ForwardClientCert
 from ambit.model.labels import (
     SPEC_OPERATORS,
@@ -140,6 +144,12 @@ class MeshConfig:
     """Rule 8: ``defaultConfig.gatewayTopology.numTrustedProxies``; None: unset (0)."""
     forward_client_cert: ForwardClientCert | None = None
     """Rule 8: ``defaultConfig.gatewayTopology.forwardClientCertDetails``; None: unset (gateways ``SANITIZE_SET``)."""
+    ext_authz_providers: tuple[ExtAuthzProvider, ...] = ()
+    """Rule 9: the usable external authorizers, in the list's order."""
+
+    def find_ext_authz(self, name: str) -> ExtAuthzProvider | None:
+        """The external authorizer called ``name`` (rule 9), or None."""
+        return next((p for p in self.ext_authz_providers if p.name == name), None)
 
     def discovers(self, namespace_labels: Mapping[str, str]) -> bool:
         """Whether ``discoverySelectors`` admit a namespace with ``namespace_labels`` (rule 7)."""
@@ -310,7 +320,7 @@ def _export_to(raw: Obj, camel: str, snake: str) -> tuple[str, ...] | None:
 
 
 def parse_mesh_config(text: str) -> MeshConfig:
-    """The MeshConfig in ``text`` (rules 1-7); raises :class:`MeshConfigError` with one line for bad input."""
+    """The MeshConfig in ``text`` (rules 1-9); raises :class:`MeshConfigError` with one line for bad input."""
     if len(text.encode("utf-8", "surrogatepass")) > MAX_MESH_BYTES:
         raise MeshConfigError(f"the mesh config is larger than {MAX_MESH_BYTES} bytes")
     try:
@@ -341,7 +351,16 @@ def parse_mesh_config(text: str) -> MeshConfig:
         discovery_selectors=_discovery_selectors(_get(raw, "discoverySelectors", "discovery_selectors")),
         trusted_proxies=_topology_field(_get(raw, "defaultConfig", "default_config"), num_trusted_proxies),
         forward_client_cert=_topology_field(_get(raw, "defaultConfig", "default_config"), forward_client_cert),
+        ext_authz_providers=_extension_providers(_get(raw, "extensionProviders", "extension_providers")),
     )
+
+
+def _extension_providers(value: Any) -> tuple[ExtAuthzProvider, ...]:
+    """Rule 9."""
+    try:
+        return parse_extension_providers(value)
+    except ValueError as exc:
+        raise MeshConfigError(str(exc)) from None
 
 
 def _topology_field(default_config: Any, read: Callable[[Mapping[str, Any], str], T | None]) -> T | None:

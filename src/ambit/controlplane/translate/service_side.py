@@ -257,7 +257,9 @@ def service_side(
         service_entries=entry_targets,
     )
     waypoint_policies = tuple(
-        translate_waypoint_policy(obj, targets, root_namespace=root_namespace, skips=skips)
+        translate_waypoint_policy(
+            obj, targets, root_namespace=root_namespace, skips=skips, providers=mesh.ext_authz_providers
+        )
         for obj in authorization_policies
     )
     routes = translate_routes(

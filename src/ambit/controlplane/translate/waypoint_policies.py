@@ -28,9 +28,12 @@ Rules:
 3. Scope: the Gateway and GatewayClass targets give one policy of scope WAYPOINT; the Service and ServiceEntry
    targets one of scope SERVICE whose ``services`` are the targets' service keys (``namespace/hostname``; one per
    ServiceEntry host). A policy may give both (same name; a waypoint evaluates each where it applies).
-4. Action: ALLOW (the default), DENY and AUDIT as they are. CUSTOM needs an external authorizer that Ambit does not
-   have: like istiod with an unknown provider, it is enforced as a DENY of its rules (fail closed) and the message
-   says so.
+4. Action: ALLOW (the default), DENY and AUDIT as they are. CUSTOM names an external authorizer in
+   ``provider.name``: one of the mesh config's ``extensionProviders`` (:mod:`~ambit.controlplane.translate.
+   extension_providers`) gives a policy of action CUSTOM carrying it (its rules choose the requests the authorizer
+   decides). A provider that is missing or not a usable authorizer is enforced as istiod's builder does ("failed
+   to process CUSTOM action ..., will generate deny configs"): a DENY of the policy's rules, and the message says
+   so.
 5. Rules, in istiod's shape: ``to`` is one clause of matches (one per operation: hosts lower-cased, notHosts,
    methods, notMethods, paths, notPaths, ports, notPorts); ``from`` one clause (one per source: principals,
    notPrincipals, requestPrincipals, notRequestPrincipals, namespaces, notNamespaces, serviceAccounts,
@@ -72,6 +75,7 @@ from ambit.controlplane.translate.policies import (
     string_matches,
 )
 from ambit.controlplane.translate.skips import Skipped, skipped
+from ambit.model.extauthz import ExtAuthzProvider
 from ambit.model.path_templates import is_path_template, template_problem
 from ambit.model.policy import Action, Cidr, Clause, KeyedMatch, Match, Policy, Rule, Scope, StringMatch
 
@@ -359,12 +363,38 @@ def _target_key(target: Mapping[str, Any], at: str, namespace: str) -> tuple[str
     return group, kind, name, target_ns
 
 
-def _body(meta: Obj, spec: Obj, namespace: str) -> tuple[str, Action, bool, list[Rule], list[str]]:
+@dataclass(frozen=True, slots=True)
+class _Body:
+    action_name: str
+    action: Action
+    dry_run: bool
+    rules: list[Rule]
+    problems: list[str]
+    ext_authz: ExtAuthzProvider | None = None
+    missing_provider: str | None = None
+    """Rule 4: the provider name of a CUSTOM policy whose authorizer is not usable (it is enforced as DENY)."""
+
+
+def _custom(spec: Obj, providers: Iterable[ExtAuthzProvider]) -> tuple[ExtAuthzProvider | None, str]:
+    """Rule 4: the authorizer a CUSTOM policy names, and that name."""
+    provider = shapes.mapping(spec.get("provider"), "spec.provider")
+    name = provider.get("name")
+    name = name if isinstance(name, str) else ""
+    return next((p for p in providers if p.name == name), None), name
+
+
+def _body(meta: Obj, spec: Obj, namespace: str, providers: Iterable[ExtAuthzProvider]) -> _Body:
     """The action (rule 4), dry run (rule 8) and rules (rules 5-7) of one policy, and the problems found."""
     action_name = spec.get("action") or "ALLOW"
     if action_name not in ("ALLOW", "DENY", "AUDIT", "CUSTOM"):
         raise shapes.ShapeError("spec.action", f"expected ALLOW, DENY, AUDIT or CUSTOM, got {action_name!r}")
-    action = Action.DENY if action_name == "CUSTOM" else Action[action_name]
+    ext_authz, missing = None, None
+    if action_name == "CUSTOM":
+        ext_authz, provider_name = _custom(spec, providers)
+        action = Action.CUSTOM if ext_authz is not None else Action.DENY
+        missing = None if ext_authz is not None else provider_name
+    else:
+        action = Action[action_name]
     annotations = shapes.mapping(meta.get("annotations"), "metadata.annotations")
     dry_run = parse_go_bool(str(annotations.get(DRY_RUN_ANNOTATION) or ""))
     problems: list[str] = []
@@ -374,10 +404,12 @@ def _body(meta: Obj, spec: Obj, namespace: str) -> tuple[str, Action, bool, list
         if bad and action is Action.ALLOW:
             continue  # rule 7: narrower
         rules.append(rule)
-    return action_name, action, dry_run, rules, problems
+    return _Body(action_name, action, dry_run, rules, problems, ext_authz, missing)
 
 
-def _translate(obj: Obj, index: TargetIndex, root_namespace: str) -> WaypointPolicyTranslation:
+def _translate(
+    obj: Obj, index: TargetIndex, root_namespace: str, providers: Iterable[ExtAuthzProvider]
+) -> WaypointPolicyTranslation:
     meta = shapes.mapping(obj.get("metadata"), "metadata")
     spec = shapes.mapping(obj.get("spec"), "spec")
     name, namespace = str(meta.get("name") or ""), str(meta.get("namespace") or "")
@@ -389,7 +421,7 @@ def _translate(obj: Obj, index: TargetIndex, root_namespace: str) -> WaypointPol
         refs.insert(0, single)
     if not refs:
         return WaypointPolicyTranslation()
-    action_name, action, dry_run, rules, problems = _body(meta, spec, namespace)
+    body = _body(meta, spec, namespace, providers)
     gateways: set[str] = set()
     bindings: list[_Bound] = []
     waypoints: set[str] = set()
@@ -444,10 +476,10 @@ def _translate(obj: Obj, index: TargetIndex, root_namespace: str) -> WaypointPol
                 bindings.append(_Bound(ancestor, True, ACCEPTED, f"bound to {found.waypoint}"))
         else:
             bindings.append(_Bound(ancestor, False, INVALID, f"unsupported targetRef {group or 'core'}/{kind}"))
-    status = _flatten(meta, bindings, problems, action_name)
+    status = _flatten(meta, bindings, body.problems, body.missing_provider)
 
     def policy(scope: Scope, services: tuple[str, ...] = ()) -> Policy:
-        return Policy(name, namespace, scope, action, tuple(rules), dry_run, services)
+        return Policy(name, namespace, scope, body.action, tuple(body.rules), body.dry_run, services, body.ext_authz)
 
     return WaypointPolicyTranslation(
         waypoint_policy=policy(Scope.WAYPOINT) if waypoints or every or gateways else None,
@@ -460,7 +492,9 @@ def _translate(obj: Obj, index: TargetIndex, root_namespace: str) -> WaypointPol
     )
 
 
-def _flatten(meta: Mapping[str, Any], bindings: list[_Bound], problems: list[str], action: str) -> PolicyStatus:
+def _flatten(
+    meta: Mapping[str, Any], bindings: list[_Bound], problems: list[str], missing_provider: str | None
+) -> PolicyStatus:
     """Rule 2, then rules 4 and 7 for the message."""
     if len(bindings) == 1:
         only = bindings[0]
@@ -477,10 +511,10 @@ def _flatten(meta: Mapping[str, Any], bindings: list[_Bound], problems: list[str
             f"{message + '; ' if message else ''}invalid values ({shown}): enforced more restrictively than written "
             "(an ALLOW rule with one never matches, a DENY ignores the condition)"
         )
-    if action == "CUSTOM":
+    if missing_provider is not None:
         message = (
-            f"{message + '; ' if message else ''}the CUSTOM action is not supported (no external authorizer): "
-            "requests matching its rules are denied"
+            f"{message + '; ' if message else ''}the CUSTOM action's provider {missing_provider!r} is not an "
+            "external authorizer of the mesh config's extensionProviders: requests matching its rules are denied"
         )
     generation = meta.get("generation")
     return PolicyStatus(
@@ -500,18 +534,20 @@ def translate_waypoint_policy(
     *,
     root_namespace: str = DEFAULT_ROOT_NAMESPACE,
     skips: list[Skipped] | None = None,
+    providers: Iterable[ExtAuthzProvider] = (),
 ) -> WaypointPolicyTranslation:
     """The waypoint policies and ``WaypointAccepted`` status of one AuthorizationPolicy (rules 1-9); one without
-    targetRefs gives nothing, problems of shape go to ``skips``."""
+    targetRefs gives nothing, problems of shape go to ``skips``. ``providers`` are the mesh config's external
+    authorizers (rule 4)."""
     try:
-        return _translate(obj, index, root_namespace)
+        return _translate(obj, index, root_namespace, providers)
     except shapes.ShapeError as exc:
         if skips is not None:
             skips.append(skipped(AUTHORIZATION_POLICY, obj, exc.field, f"{exc.reason}; the policy is not sent"))
         return WaypointPolicyTranslation()
 
 
-def translate_selected_policy(obj: Obj) -> SelectedPolicy | None:
+def translate_selected_policy(obj: Obj, providers: Iterable[ExtAuthzProvider] = ()) -> SelectedPolicy | None:
     """An AuthorizationPolicy without targetRefs as the proxy of a workload it selects enforces it (rules 4-8, every
     L7 field kept); None for a targetRefs policy or one without the schema's shape (the L4 translation reports
     that: :mod:`ambit.controlplane.translate.policies` rule 9)."""
@@ -521,12 +557,14 @@ def translate_selected_policy(obj: Obj) -> SelectedPolicy | None:
         name, namespace = str(meta.get("name") or ""), str(meta.get("namespace") or "")
         if not name or not namespace or spec.get("targetRef") or shapes.list_of(spec.get("targetRefs"), "targetRefs"):
             return None
-        _, action, dry_run, rules, _ = _body(meta, spec, namespace)
+        body = _body(meta, spec, namespace, providers)
         selector = shapes.mapping(spec.get("selector"), "spec.selector")
         labels = shapes.mapping(selector.get("matchLabels"), "spec.selector.matchLabels")
     except shapes.ShapeError:
         return None
-    policy = Policy(name, namespace, Scope.WAYPOINT, action, tuple(rules), dry_run)
+    policy = Policy(
+        name, namespace, Scope.WAYPOINT, body.action, tuple(body.rules), body.dry_run, ext_authz=body.ext_authz
+    )
     return SelectedPolicy(policy, tuple(sorted((str(k), str(v)) for k, v in labels.items())))
 
 
