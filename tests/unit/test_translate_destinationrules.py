@@ -629,12 +629,21 @@ SPEC_KEYS = [
     "caCertificates",
     "insecureSkipVerify",
     "workloadSelector",
+    "localityLbSetting",
+    "enabled",
+    "distribute",
+    "failover",
+    "failoverPriority",
+    "from",
+    "to",
+    "us",
+    "us/a",
 ]
 json_values: st.SearchStrategy[Any] = st.recursive(
     st.none()
     | st.booleans()
     | st.integers(-5, 70000)
-    | st.sampled_from(["", "v1", "SIMPLE", "MUTUAL", "UPGRADE", "1s", "*", "/c.pem"]),
+    | st.sampled_from(["", "v1", "SIMPLE", "MUTUAL", "UPGRADE", "1s", "*", "/c.pem", "us/*", "eu", "us/a"]),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(SPEC_KEYS), inner, max_size=4),
     max_leaves=20,
 )
@@ -648,15 +657,3 @@ def test_arbitrary_rule_content_is_translated_or_skipped_never_raised(spec: Any)
     if parsed is not None:
         index = DestinationRuleIndex([parsed], root_namespace=ROOT)
         index.find("app", service())
-
-
-def test_a_locality_lb_setting_is_noted_as_not_honoured_and_the_rest_of_the_rule_kept() -> None:
-    balancer = {"simple": "ROUND_ROBIN", "localityLbSetting": {"enabled": False, "failoverPriority": ["x"]}}
-    parsed, skips = parse(rule({"host": "web", "trafficPolicy": {"loadBalancer": balancer}}))
-    assert parsed is not None
-    assert [(s.field, s.reason) for s in skips] == [
-        (
-            "spec.trafficPolicy.loadBalancer.localityLbSetting",
-            "not honoured at a waypoint: the Service's traffic distribution, if any, applies instead",
-        )
-    ]

@@ -44,6 +44,7 @@ import enum
 from dataclasses import dataclass, field
 
 from ambit.model.envoyfilter import NO_PATCHES, ProxyPatches
+from ambit.model.locality_lb import LocalityLbSetting
 from ambit.model.metric_overrides import ServiceMetrics
 from ambit.model.policy import Policy
 from ambit.model.requestauth import RequestAuthentication
@@ -385,6 +386,9 @@ class LoadBalancer:
     simple: LoadBalancerType = LoadBalancerType.LEAST_REQUEST
     consistent_hash: ConsistentHash | None = None
     """Set: endpoints are chosen by hashing the request's key (``simple`` is then ignored)."""
+    locality: LocalityLbSetting | None = None
+    """``localityLbSetting``: which endpoints a proxy picks among, by its own locality
+    (:mod:`ambit.model.locality_lb`); set, it replaces the Service's traffic distribution."""
 
 
 class H2Upgrade(enum.Enum):

@@ -39,8 +39,9 @@ Rules (istiod: pilot/pkg/model/push_context.go ``setDestinationRules``, ``destin
    ``labels``) whose labels hold all of its ``labels``; its
    uids are sent, so the configuration changes when such a workload comes, goes or is relabelled.
 7. Settings a waypoint does not honour are dropped with a note: ``tls.caCrl``, the ``consistentHash`` kinds other
-   than header, query parameter and source IP, ``tunnel``, ``localityLbSetting`` (which istiod lets replace the
-   Service's traffic distribution: here that still applies). TLS material, as istiod hands it to a waypoint:
+   than header, query parameter and source IP, ``tunnel``. (``localityLbSetting`` is honoured:
+   :mod:`.locality_lb` reads it, :mod:`ambit.model.locality_lb` applies it.) TLS material, as istiod hands it to
+   a waypoint:
    ``credentialName`` names a Secret of the rule's namespace (of any type the control plane watches:
    :data:`~ambit.controlplane.view.CREDENTIAL_SECRETS`) whose ``ca.crt`` (or ``cacert``) becomes the trust
    anchors and, for ``MUTUAL``, whose ``tls.crt``/``tls.key`` (or ``cert``/``key``) the client certificate and key
@@ -65,6 +66,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ambit.controlplane.translate import shapes
+from ambit.controlplane.translate.locality_lb import failover_note, read_locality_lb
 from ambit.controlplane.translate.requestauth import parse_duration
 from ambit.controlplane.translate.skips import ObjectKind, Skipped, skipped
 from ambit.model.routes import (
@@ -188,9 +190,6 @@ class _Material:
     """The Secret does not exist: the proxy must refuse, not fall back to its system trust store."""
 
 
-_LOCALITY_NOTE = "not honoured at a waypoint: the Service's traffic distribution, if any, applies instead"
-
-
 class _Reader:
     """Reads one rule's traffic policies; notes what it drops (rule 7)."""
 
@@ -215,9 +214,16 @@ class _Reader:
                 consistent = ConsistentHash(header.lower(), query, source_ip)
             else:
                 self.notes.append((at, "only httpHeaderName, httpQueryParameterName or useSourceIp is honoured"))
+        locality = None
         if spec.get("localityLbSetting") is not None:
-            self.notes.append((f"{path}.localityLbSetting", _LOCALITY_NOTE))
-        return LoadBalancer(simple, consistent)
+            locality, notes = read_locality_lb(spec.get("localityLbSetting"), f"{path}.localityLbSetting")
+            self.notes.extend(notes)
+        return LoadBalancer(simple, consistent, locality)
+
+    def note_failover(self, policy: TrafficPolicy | PortTrafficPolicy, path: str) -> None:
+        """istiod's warning for failover without outlier detection in the same policy."""
+        locality = policy.load_balancer.locality if policy.load_balancer is not None else None
+        self.notes.extend(failover_note(locality, policy.outlier_detection, f"{path}.loadBalancer.localityLbSetting"))
 
     def connection_pool(self, value: Any, path: str) -> ConnectionPool | None:
         if value is None:
@@ -335,16 +341,15 @@ class _Reader:
             number = shapes.mapping(spec.get("port"), f"{at}.port", required=True).get("number")
             if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= 65535:
                 raise shapes.ShapeError(f"{at}.port.number", f"expected a port 1..65535, got {number!r}")
-            out.setdefault(
+            entry = PortTrafficPolicy(
                 number,
-                PortTrafficPolicy(
-                    number,
-                    self.load_balancer(spec.get("loadBalancer"), f"{at}.loadBalancer"),
-                    self.connection_pool(spec.get("connectionPool"), f"{at}.connectionPool"),
-                    self.outlier(spec.get("outlierDetection"), f"{at}.outlierDetection"),
-                    self.tls(spec.get("tls"), f"{at}.tls"),
-                ),
+                self.load_balancer(spec.get("loadBalancer"), f"{at}.loadBalancer"),
+                self.connection_pool(spec.get("connectionPool"), f"{at}.connectionPool"),
+                self.outlier(spec.get("outlierDetection"), f"{at}.outlierDetection"),
+                self.tls(spec.get("tls"), f"{at}.tls"),
             )
+            self.note_failover(entry, at)
+            out.setdefault(number, entry)
         return tuple(out.values())
 
     def traffic_policy(self, value: Any, path: str) -> TrafficPolicy | None:
@@ -358,7 +363,7 @@ class _Reader:
             at = f"{path}.proxyProtocol"
             proxy = _choice(shapes.mapping(spec.get("proxyProtocol"), at).get("version"), f"{at}.version", _PROXY, None)
             proxy = proxy or ProxyProtocolVersion.V1
-        return TrafficPolicy(
+        policy = TrafficPolicy(
             load_balancer=self.load_balancer(spec.get("loadBalancer"), f"{path}.loadBalancer"),
             connection_pool=self.connection_pool(spec.get("connectionPool"), f"{path}.connectionPool"),
             outlier_detection=self.outlier(spec.get("outlierDetection"), f"{path}.outlierDetection"),
@@ -366,6 +371,8 @@ class _Reader:
             proxy_protocol=proxy,
             port_level=self.port_level(spec.get("portLevelSettings"), f"{path}.portLevelSettings"),
         )
+        self.note_failover(policy, path)
+        return policy
 
 
 def resolve_host(host: str, namespace: str, domain: str) -> str:

@@ -4,13 +4,16 @@ Theory of operation. Only their structure and the obvious field errors are check
 strictly, required hosts and names are present (a DestinationRule subset's name a DNS label, as Istio requires),
 enums hold known values, port numbers are in range, and a route says where it goes. Nested settings only have to
 be objects; the waypoint's translation (:mod:`ambit.controlplane.translate.destinationrules`) judges the rest and
-reports a rule it cannot use as skipped.
+reports a rule it cannot use as skipped. A ``loadBalancer.localityLbSetting`` (top level, subsets, port level) is
+judged in full, by the translation's own reader, as istiod's webhook refuses a bad one.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ambit.controlplane.translate.locality_lb import read_locality_lb
+from ambit.controlplane.translate.shapes import ShapeError
 from ambit.controlplane.webhook.fields import Fields, is_dns_label, is_hostname
 
 TLS_MODES = ("DISABLE", "SIMPLE", "MUTUAL", "ISTIO_MUTUAL")
@@ -56,8 +59,7 @@ def validate_destination_rule(obj: dict[str, Any]) -> Fields:
 
 def _traffic_policy(f: Fields, value: Any, path: str) -> None:
     policy = f.mapping(value, path, known=_TRAFFIC_POLICY)
-    balancer = f.mapping(f.get(policy, "loadBalancer"), f"{path}.loadBalancer")
-    f.enum(balancer.get("simple"), f"{path}.loadBalancer.simple", LOAD_BALANCERS)
+    _load_balancer(f, f.get(policy, "loadBalancer"), f"{path}.loadBalancer")
     tls = f.mapping(policy.get("tls"), f"{path}.tls")
     f.enum(tls.get("mode"), f"{path}.tls.mode", TLS_MODES)
     for name in ("connectionPool", "outlierDetection", "tunnel", "proxyProtocol"):
@@ -65,6 +67,18 @@ def _traffic_policy(f: Fields, value: Any, path: str) -> None:
     for port_path, setting in f.objects(f.get(policy, "portLevelSettings"), f"{path}.portLevelSettings"):
         port = f.mapping(setting.get("port"), f"{port_path}.port", required=True)
         f.port(port.get("number"), f"{port_path}.port.number", required=True)
+        _load_balancer(f, f.get(setting, "loadBalancer"), f"{port_path}.loadBalancer")
+
+
+def _load_balancer(f: Fields, value: Any, path: str) -> None:
+    balancer = f.mapping(value, path)
+    f.enum(balancer.get("simple"), f"{path}.simple", LOAD_BALANCERS)
+    locality = f.get(balancer, "localityLbSetting")
+    if locality is not None:  # judged as istiod's webhook does (ValidateLocalityLbSetting)
+        try:
+            read_locality_lb(locality, f"{path}.localityLbSetting")
+        except ShapeError as error:
+            f.error(error.field, error.reason)
 
 
 def validate_virtual_service(obj: dict[str, Any]) -> Fields:
