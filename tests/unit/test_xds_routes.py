@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from ambit.api import waypoint_pb2 as pb
 from ambit.model import routes as dr
+from ambit.model.locality_lb import LocalityDistribute, LocalityFailover, LocalityLbSetting
 from ambit.model.routes import (
     BackendService,
     CorsPolicy,
@@ -407,6 +408,17 @@ load_balancers = st.builds(
         st.builds(dr.ConsistentHash, query_parameter=TOKEN),
         st.just(dr.ConsistentHash(use_source_ip=True)),
     ),
+    st.none()
+    | st.sampled_from(
+        [
+            LocalityLbSetting(enabled=False),
+            LocalityLbSetting(distribute=(LocalityDistribute("us/*", (("us/a", 70), ("eu", 30))),)),
+            LocalityLbSetting(
+                failover=(LocalityFailover("us", "eu"),), failover_priority=("topology.istio.io/network",)
+            ),
+            LocalityLbSetting(failover_priority=("kubernetes.io/hostname=n1", "topology.kubernetes.io/zone")),
+        ]
+    ),
 )
 pools = st.builds(
     dr.ConnectionPool,
@@ -483,6 +495,12 @@ def test_destination_rules_go_to_proto_and_back_unchanged(rules: tuple[dr.Destin
     assert decode_waypoint_config("app/waypoint", pack_waypoint_config(waypoint_config_to_proto(config))) == config
 
 
+def _bad_distribute(weight: int) -> pb.LocalityLbSetting:
+    """A ``distribute`` entry whose weights add up to ``weight``."""
+    to = [pb.LocalityWeight(locality="us/a", weight=weight)]
+    return pb.LocalityLbSetting(distribute=[pb.LocalityDistribute(source="us", to=to)])
+
+
 def encoded_rule(**fields: Any) -> any_pb2.Any:
     fields.setdefault("service_key", "app/r.app.svc.cluster.local")
     message = pb.WaypointConfig(waypoint="app/waypoint", destination_rules=[pb.DestinationPolicy(**fields)])
@@ -517,6 +535,43 @@ def encoded_rule(**fields: Any) -> any_pb2.Any:
         (
             {"traffic_policy": pb.TrafficPolicy(load_balancer=pb.LoadBalancer(consistent_hash=pb.ConsistentHash()))},
             "traffic_policy.load_balancer.consistent_hash",
+        ),
+        (
+            {"traffic_policy": pb.TrafficPolicy(load_balancer=pb.LoadBalancer(locality=_bad_distribute(90)))},
+            "traffic_policy.load_balancer.locality.distribute[0].to",
+        ),
+        (
+            {
+                "traffic_policy": pb.TrafficPolicy(
+                    load_balancer=pb.LoadBalancer(
+                        locality=pb.LocalityLbSetting(failover=[pb.LocalityFailover(source="us", to="us")])
+                    )
+                )
+            },
+            "traffic_policy.load_balancer.locality.failover[0]",
+        ),
+        (
+            {
+                "traffic_policy": pb.TrafficPolicy(
+                    load_balancer=pb.LoadBalancer(
+                        locality=pb.LocalityLbSetting(
+                            failover=[pb.LocalityFailover(source="us", to="eu")],
+                            failover_priority=["topology.kubernetes.io/zone"],
+                        )
+                    )
+                )
+            },
+            "traffic_policy.load_balancer.locality.failoverPriority[0]",
+        ),
+        (
+            {
+                "traffic_policy": pb.TrafficPolicy(
+                    load_balancer=pb.LoadBalancer(
+                        locality=pb.LocalityLbSetting(distribute=[pb.LocalityDistribute(source="*")] * 65)
+                    )
+                )
+            },
+            "traffic_policy.load_balancer.locality.distribute",
         ),
         ({"traffic_policy": pb.TrafficPolicy(tls=pb.ClientTls(mode=7))}, "traffic_policy.tls.mode"),
         ({"traffic_policy": pb.TrafficPolicy(tls=pb.ClientTls(sni="a b"))}, "traffic_policy.tls.sni"),

@@ -657,12 +657,50 @@ class ConsistentHash(_message.Message):
     def __init__(self, header_name: _Optional[str] = ..., query_parameter: _Optional[str] = ..., use_source_ip: _Optional[bool] = ...) -> None: ...
 
 class LoadBalancer(_message.Message):
-    __slots__ = ("simple", "consistent_hash")
+    __slots__ = ("simple", "consistent_hash", "locality")
     SIMPLE_FIELD_NUMBER: _ClassVar[int]
     CONSISTENT_HASH_FIELD_NUMBER: _ClassVar[int]
+    LOCALITY_FIELD_NUMBER: _ClassVar[int]
     simple: LoadBalancerType
     consistent_hash: ConsistentHash
-    def __init__(self, simple: _Optional[_Union[LoadBalancerType, str]] = ..., consistent_hash: _Optional[_Union[ConsistentHash, _Mapping]] = ...) -> None: ...
+    locality: LocalityLbSetting
+    def __init__(self, simple: _Optional[_Union[LoadBalancerType, str]] = ..., consistent_hash: _Optional[_Union[ConsistentHash, _Mapping]] = ..., locality: _Optional[_Union[LocalityLbSetting, _Mapping]] = ...) -> None: ...
+
+class LocalityLbSetting(_message.Message):
+    __slots__ = ("disabled", "distribute", "failover", "failover_priority")
+    DISABLED_FIELD_NUMBER: _ClassVar[int]
+    DISTRIBUTE_FIELD_NUMBER: _ClassVar[int]
+    FAILOVER_FIELD_NUMBER: _ClassVar[int]
+    FAILOVER_PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    disabled: bool
+    distribute: _containers.RepeatedCompositeFieldContainer[LocalityDistribute]
+    failover: _containers.RepeatedCompositeFieldContainer[LocalityFailover]
+    failover_priority: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, disabled: _Optional[bool] = ..., distribute: _Optional[_Iterable[_Union[LocalityDistribute, _Mapping]]] = ..., failover: _Optional[_Iterable[_Union[LocalityFailover, _Mapping]]] = ..., failover_priority: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class LocalityDistribute(_message.Message):
+    __slots__ = ("source", "to")
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    TO_FIELD_NUMBER: _ClassVar[int]
+    source: str
+    to: _containers.RepeatedCompositeFieldContainer[LocalityWeight]
+    def __init__(self, source: _Optional[str] = ..., to: _Optional[_Iterable[_Union[LocalityWeight, _Mapping]]] = ...) -> None: ...
+
+class LocalityWeight(_message.Message):
+    __slots__ = ("locality", "weight")
+    LOCALITY_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    locality: str
+    weight: int
+    def __init__(self, locality: _Optional[str] = ..., weight: _Optional[int] = ...) -> None: ...
+
+class LocalityFailover(_message.Message):
+    __slots__ = ("source", "to")
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    TO_FIELD_NUMBER: _ClassVar[int]
+    source: str
+    to: str
+    def __init__(self, source: _Optional[str] = ..., to: _Optional[str] = ...) -> None: ...
 
 class ConnectionPool(_message.Message):
     __slots__ = ("max_connections", "connect_timeout", "http1_max_pending_requests", "http2_max_requests", "max_requests_per_connection", "h2_upgrade", "use_client_protocol")
