@@ -1,5 +1,6 @@
 """A waypoint on loopback sends a PreferClose Service's requests to the endpoint in its own zone, and spills over
-to the other zone when that endpoint is unhealthy (real sockets; the rig of ``waypoint_rig``)."""
+to the other zone when that endpoint is unhealthy; a DestinationRule's ``localityLbSetting`` replaces that
+preference (real sockets; the rig of ``waypoint_rig``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,15 @@ from pathlib import Path
 from tests.integration.waypoint_rig import ECHO_VIP, HttpOverTunnel, Rig, echo_of, mesh_config
 
 from ambit.model.localconfig import render_local_config
+from ambit.model.locality_lb import LocalityLbSetting
+from ambit.model.routes import (
+    DestinationPolicy,
+    LoadBalancer,
+    LoadBalancerType,
+    OutlierDetection,
+    TrafficPolicy,
+    WaypointConfig,
+)
 from ambit.model.workload import HealthStatus, LoadBalancingMode, Locality, RoutingScope, Workload
 from ambit.waypoint.settings import WaypointLimits
 
@@ -24,8 +34,9 @@ def _zoned_config() -> str:
     echo Service PreferClose (FAILOVER over network, region, zone)."""
     config = mesh_config()
     zones = {"echo-1": "zone-b", "echo-2": "zone-a"}
+    nodes = {"echo-1": "node-w", "echo-2": "node-x"}  # echo-1 shares the waypoint's node, not its zone
     workloads = [
-        dataclasses.replace(w, locality=Locality("reg", zones[w.name])) if w.name in zones else w
+        dataclasses.replace(w, locality=Locality("reg", zones[w.name]), node=nodes[w.name]) if w.name in zones else w
         for w in config.workloads
     ]
     waypoint_pod = Workload(
@@ -35,6 +46,7 @@ def _zoned_config() -> str:
         addresses=(ipaddress.ip_address("127.0.0.1"),),
         service_account="waypoint",
         locality=Locality("reg", "zone-a"),
+        node="node-w",
     )
     services = [
         dataclasses.replace(s, load_balancing_mode=LoadBalancingMode.FAILOVER, routing_preference=CLOSE)
@@ -80,5 +92,35 @@ async def test_requests_go_to_the_endpoint_in_the_waypoints_zone_and_spill_over_
         assert await _endpoints_of(rig, 2) == ["echo-1"] * 2
         state.upsert_workload(near)
         assert await _endpoints_of(rig, 2) == ["echo-2"] * 2
+    finally:
+        await rig.aclose()
+
+
+def _locality_rule(setting: LocalityLbSetting) -> WaypointConfig:
+    """A DestinationRule for echo with ``setting`` and outlier detection (failover needs it); PASSTHROUGH keeps the
+    context's choice, the test's round robin."""
+    balancer = LoadBalancer(LoadBalancerType.PASSTHROUGH, locality=setting)
+    policy = TrafficPolicy(load_balancer=balancer, outlier_detection=OutlierDetection())
+    rule = DestinationPolicy("app/echo.app.svc.cluster.local", "app/echo", policy)
+    return WaypointConfig("app/waypoint", destination_rules=(rule,))
+
+
+async def test_a_destination_rules_locality_setting_replaces_the_services_preference(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, LIMITS)
+    (tmp_path / "mesh.yaml").write_text(_zoned_config(), encoding="utf-8")
+    try:
+        await rig.start()
+        counter = itertools.count()
+
+        def round_robin(candidates: Sequence[Workload]) -> Workload:
+            return candidates[next(counter) % len(candidates)]
+
+        rig.waypoint.context.choose = round_robin
+        assert await _endpoints_of(rig, 2) == ["echo-2"] * 2  # PreferClose: the waypoint's zone
+        routes = rig.waypoint.context.routes
+        routes.replace(_locality_rule(LocalityLbSetting(failover_priority=("kubernetes.io/hostname",))))
+        assert await _endpoints_of(rig, 3) == ["echo-1"] * 3  # the rule: the waypoint's node
+        routes.replace(_locality_rule(LocalityLbSetting(enabled=False)))
+        assert sorted(await _endpoints_of(rig, 4)) == ["echo-1", "echo-1", "echo-2", "echo-2"]  # neither
     finally:
         await rig.aclose()

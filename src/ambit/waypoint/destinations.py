@@ -27,7 +27,10 @@ takes every request while it has an endpoint, the next one only when it has none
 part of the load early, in proportion to the unhealthy share of the closer ring; Ambit moves it all at once, as
 ztunnel does.) ``internalTrafficPolicy: Local`` keeps only endpoints on the waypoint's own node, as istiod's
 endpoint builder does for any proxy. Without ``near`` (the waypoint's pod not in the state yet) every endpoint
-counts.
+counts. A DestinationRule's ``localityLbSetting`` (``locality``) replaces the Service's traffic distribution
+(istiod: the rule's setting first): :func:`~ambit.model.locality_lb.by_locality` then decides, after
+``internalTrafficPolicy: Local``'s node filter, which stays. A rule with only ``outlierDetection`` brings the
+mesh's default setting, which the Service's traffic distribution outranks.
 
 Rules of :func:`plan_tunnel` (Istio's waypoint accepts traffic only for what uses it, spec §1.4):
 
@@ -68,6 +71,7 @@ from ambit.hbone.errors import AuthorityError
 from ambit.hbone.headers import hostport, parse_authority
 from ambit.model.errors import IdentityError
 from ambit.model.identity import SpiffeId
+from ambit.model.locality_lb import LocalityChoice, by_locality
 from ambit.model.routes import BackendService, ClientTls, ProxyProtocolVersion, WeightedBackend
 from ambit.model.routing_preference import client_view, closest, weighs_preference
 from ambit.model.state import WorkloadState
@@ -78,6 +82,7 @@ from ambit.model.workload import (
     HealthPolicy,
     HealthStatus,
     IPAddress,
+    LoadBalancingMode,
     NamespacedHostname,
     Service,
     Workload,
@@ -301,8 +306,8 @@ def _target_port(workload: Workload, service: Service, port: int) -> int:
 
 
 EndpointPicker = Callable[..., "Endpoint | None"]
-"""``pick(state, service, port, choose, *, exclude=..., only=..., near=...)``: :func:`pick_endpoint`, or an ingress
-gateway's :func:`pick_ingress_endpoint`."""
+"""``pick(state, service, port, choose, *, exclude=..., only=..., near=..., locality=...)``: :func:`pick_endpoint`,
+or an ingress gateway's :func:`pick_ingress_endpoint`."""
 
 
 def pick_ingress_endpoint(
@@ -315,6 +320,7 @@ def pick_ingress_endpoint(
     draw: float = 0.0,
     only: frozenset[str] | None = None,
     near: Workload | None = None,
+    locality: LocalityChoice | None = None,
 ) -> Endpoint | None:
     """An ingress gateway's choice (spec §1.5): a Service labelled ``istio.io/ingress-use-waypoint`` with a waypoint
     is reached through one of the waypoint's endpoints, the tunnel addressed to the Service's VIP and port (as a
@@ -323,9 +329,10 @@ def pick_ingress_endpoint(
     A Service with weighted waypoints (a canary) picks one per request with ``draw`` in [0, 1)
     (:func:`~ambit.model.waypoint_choice.choose_waypoint`); a canary without endpoints is never picked, and a
     retry (``exclude``) goes to a weighted waypoint with an instance not tried yet, else tries one again: never a
-    weight-0 waypoint. ``near`` (the gateway's own workload) picks by locality, the waypoint instance too."""
+    weight-0 waypoint. ``near`` (the gateway's own workload) picks by locality, the waypoint instance too (by the
+    waypoint Service's traffic distribution: ``locality``, the backend's rule, applies to the backend's endpoints)."""
     if not service.ingress_use_waypoint or service.waypoint is None:
-        return pick_endpoint(state, service, port, choose, exclude=exclude, only=only, near=near)
+        return pick_endpoint(state, service, port, choose, exclude=exclude, only=only, near=near, locality=locality)
     vip = next((v.ip for v in service.vips if v.length is None), None)
     if vip is None:
         return None
@@ -372,11 +379,13 @@ def pick_endpoint(
     exclude: frozenset[str] = frozenset(),
     only: frozenset[str] | None = None,
     near: Workload | None = None,
+    locality: LocalityChoice | None = None,
 ) -> Endpoint | None:
     """One endpoint of ``service`` for service port ``port``: healthy (unless the Service allows all), with an
     address or a hostname to resolve (then its ``ip`` is :data:`UNRESOLVED`), not in ``exclude`` (uids already
     tried), in ``only`` when given (a DestinationRule subset's uids), of those the closest to ``near`` when given
-    (the module's locality rules), chosen by ``choose``; None when there is none."""
+    (the module's locality rules; ``locality``: the rule's setting instead of the Service's traffic
+    distribution), chosen by ``choose``; None when there is none."""
     allow_all = service.health_policy is HealthPolicy.ALLOW_ALL
     candidates = [
         workload
@@ -386,7 +395,13 @@ def pick_endpoint(
         and (only is None or workload.uid in only)
         and (allow_all or workload.status is HealthStatus.HEALTHY)
     ]
-    if near is not None and weighs_preference(service):
+    if near is not None and locality is not None and not (locality.mesh_default and weighs_preference(service)):
+        if service.load_balancing_mode is LoadBalancingMode.STRICT:  # internalTrafficPolicy: Local, a filter
+            candidates = closest(service, client_view(service, near), candidates)
+        setting, failing_over = locality.setting, locality.failing_over
+        draw = locality.random() if setting.distribute else 0.0
+        candidates = by_locality(setting, near, candidates, failing_over=failing_over, draw=draw)
+    elif near is not None and weighs_preference(service):
         candidates = closest(service, client_view(service, near), candidates)
     if not candidates:
         return None

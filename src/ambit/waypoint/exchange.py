@@ -315,6 +315,7 @@ async def serve_request(
             service,
             port,
             members=backend.members,
+            locality=backend.locality(ctx.random),
             choose=choose,
             transport=transport,
             report=_outlier_reporter(ctx, backend, service),
@@ -336,12 +337,11 @@ async def serve_request(
                 plan = dataclasses.replace(plan, transport=transport)
         elif service is not None:
             ejected = _ejected(ctx, backend)
+            picking = {"only": backend.members, "near": ctx.near(), "locality": plan.locality}
             if ejected:
-                endpoint = ctx.pick(
-                    ctx.state, service, port, choose, only=backend.members, exclude=ejected, near=ctx.near()
-                )
+                endpoint = ctx.pick(ctx.state, service, port, choose, exclude=ejected, **picking)
             if endpoint is None:  # none ejected, or every one (Envoy's panic threshold: pick among all)
-                endpoint = ctx.pick(ctx.state, service, port, choose, only=backend.members, near=ctx.near())
+                endpoint = ctx.pick(ctx.state, service, port, choose, **picking)
             if endpoint is None and service.key == target.service.key and port == target.port:
                 endpoint = original_destination(target)  # a PASSTHROUGH Service: where the client sent it
             endpoint = in_dialled_family(endpoint, target)

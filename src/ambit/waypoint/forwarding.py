@@ -71,6 +71,7 @@ from dataclasses import dataclass, field
 
 from ambit.errors import AmbitError
 from ambit.model.envoyfilter import HeaderOp
+from ambit.model.locality_lb import LocalityChoice
 from ambit.model.routes import HeaderModifier, RetryPolicy, Timeouts
 from ambit.model.workload import Service, Workload
 from ambit.waypoint import retries
@@ -111,6 +112,8 @@ class Plan:
     port: int = 0
     members: frozenset[str] | None = None
     """A DestinationRule subset's workload uids: a retry picks among those only."""
+    locality: LocalityChoice | None = None
+    """The rule's ``localityLbSetting``, which a retry's pick applies too."""
     choose: Callable[[Sequence[Workload]], Workload] | None = None
     """The rule's load balancer; None: the context's default choice."""
     transport: Transport = PLAIN
@@ -340,9 +343,9 @@ class _Exchange:
         if attempt > 1 and service is not None:
             state, choose, only = self.ctx.state, self.plan.choose or self.ctx.choose, self.plan.members
             pick = self.ctx.pick
-            near = self.ctx.near()
-            fresh = pick(state, service, self.plan.port, choose, exclude=frozenset(self.tried), only=only, near=near)
-            endpoint = fresh or pick(state, service, self.plan.port, choose, only=only, near=near) or endpoint
+            picking = {"only": only, "near": self.ctx.near(), "locality": self.plan.locality}
+            fresh = pick(state, service, self.plan.port, choose, exclude=frozenset(self.tried), **picking)
+            endpoint = fresh or pick(state, service, self.plan.port, choose, **picking) or endpoint
             if endpoint.resolve_hostname and self.first.resolve_hostname:  # the first try's family
                 endpoint = dataclasses.replace(endpoint, ip=self.first.ip)
             if endpoint.transport != self.plan.transport:

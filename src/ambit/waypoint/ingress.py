@@ -101,6 +101,7 @@ from ambit import native
 from ambit.model.identity import SpiffeId
 from ambit.model.ingress import GatewayConfig, IngressListener, ListenerProtocol
 from ambit.model.localconfig import parse_local_config
+from ambit.model.locality_lb import LocalityChoice
 from ambit.model.routes import BackendService, RouteTable, WaypointConfig
 from ambit.model.state import WorkloadState
 from ambit.model.workload import ApplicationTunnel, AppProtocol, Service, TunnelProtocol, Workload
@@ -203,10 +204,12 @@ class IngressGateway(Waypoint):
         exclude: frozenset[str] = frozenset(),
         only: frozenset[str] | None = None,
         near: Workload | None = None,
+        locality: LocalityChoice | None = None,
     ) -> Endpoint | None:
         """:func:`pick_ingress_endpoint` with a fresh draw per request (a canary waypoint's share)."""
+        draw = self.context.random()
         return pick_ingress_endpoint(
-            state, service, port, choose, exclude=exclude, draw=self.context.random(), only=only, near=near
+            state, service, port, choose, exclude=exclude, draw=draw, only=only, near=near, locality=locality
         )
 
     def _subscriptions(self) -> tuple[Subscription, ...]:

@@ -189,7 +189,15 @@ async def _mirror(
         log.debug("mirror to %s: %s", backend.service_key, planned.reason)
         return
     endpoint = (
-        pick_endpoint(ctx.state, service, backend.port, ctx.choose, only=planned.members, near=ctx.near())
+        pick_endpoint(
+            ctx.state,
+            service,
+            backend.port,
+            ctx.choose,
+            only=planned.members,
+            near=ctx.near(),
+            locality=planned.locality(ctx.random),
+        )
         if service
         else None
     )

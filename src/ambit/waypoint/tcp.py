@@ -187,7 +187,15 @@ def pick_connection_endpoint(
     choose = ctx.balancer.chooser(
         planned.policy.load_balancer, planned.balance_key, ctx.choose, ctx.random, source_ip=source_ip
     )
-    endpoint = ctx.pick(ctx.state, service, backend.port, choose, only=planned.members, near=ctx.near())
+    endpoint = ctx.pick(
+        ctx.state,
+        service,
+        backend.port,
+        choose,
+        only=planned.members,
+        near=ctx.near(),
+        locality=planned.locality(ctx.random),
+    )
     if endpoint is None or planned.transport == PLAIN:
         return endpoint, planned
     return dataclasses.replace(endpoint, transport=dataclasses.replace(planned.transport, h2=False)), planned

@@ -48,6 +48,9 @@ Rules:
    HTTP/1.1, as istiod sets downstream protocol only for sidecars and waypoints); else HTTP/1.1.
 9. A Service whose ServiceEntry asks for ``RACE_FIRST_TCP_CONNECT`` (``racing``) gets
    :attr:`~ambit.waypoint.destinations.Transport.race_first_connect`, with or without a rule (rule 1 otherwise).
+10. ``loadBalancer.localityLbSetting`` of the effective policy (rule 3) goes to the endpoint pickers with whether
+   that policy has ``outlierDetection`` (:meth:`BackendPolicy.locality`; :mod:`ambit.model.locality_lb` decides);
+   a policy with ``outlierDetection`` and no setting gets the default mesh's (its rule 7).
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlsplit
 
+from ambit.model.locality_lb import LocalityChoice, LocalityLbSetting
 from ambit.model.routes import (
     BackendService,
     ConnectionPool,
@@ -88,9 +92,21 @@ class BackendPolicy:
     balance_key: str = ""
     """Whose round-robin position this is: ``service key/subset``."""
 
+    def locality(self, random: Callable[[], float]) -> LocalityChoice | None:
+        """The rule's ``localityLbSetting`` for the pickers (rule 10), None without one."""
+        balancer = self.policy.load_balancer
+        failing_over = self.policy.outlier_detection is not None
+        if balancer is not None and balancer.locality is not None:
+            return LocalityChoice(balancer.locality, failing_over, random)
+        if failing_over:
+            return LocalityChoice(MESH_DEFAULT, True, random, mesh_default=True)
+        return None
+
 
 DEFAULT = BackendPolicy()
 RACING = Transport(race_first_connect=True)
+MESH_DEFAULT = LocalityLbSetting()
+"""Istio's default mesh config: ``localityLbSetting: {enabled: true}``."""
 
 
 def plan_backend(
