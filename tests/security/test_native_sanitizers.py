@@ -66,6 +66,7 @@ def _libasan() -> str:
     return path.strip()
 
 
+@pytest.mark.timeout(200)  # its two steps bound themselves (60 s + 100 s); the suite's 120 s would cut a loaded run
 def test_the_native_records_pass_their_security_tests_under_address_and_undefined_sanitizers(
     tmp_path: Path,
 ) -> None:
