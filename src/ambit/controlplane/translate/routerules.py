@@ -52,7 +52,7 @@ from __future__ import annotations
 import re
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ambit.controlplane.translate.cors_filter import cors_policy
@@ -60,9 +60,11 @@ from ambit.controlplane.translate.fields import mapping as _mapping
 from ambit.controlplane.translate.fields import text as _text
 from ambit.model.field_names import is_token
 from ambit.model.routes import (
+    ISTIO_RETRY,
     BackendService,
     CorsPolicy,
     HeaderModifier,
+    HttpRetry,
     PathMatch,
     PathMatchType,
     PathModifier,
@@ -456,9 +458,9 @@ def _backends(refs: Any, ctx: _Context) -> tuple[WeightedBackend, ...]:
     return tuple(out)
 
 
-def _retry(value: Any) -> RetryPolicy:
+def _retry(value: Any, default: HttpRetry) -> RetryPolicy:
     if not isinstance(value, Mapping):
-        return RetryPolicy()
+        return default.policy  # istiod's conversion leaves the VirtualService's retries unset: the mesh default
     attempts = _int(value.get("attempts"))
     codes = value.get("codes")
     backoff = value.get("backoff")
@@ -495,8 +497,9 @@ def _created(obj: Obj) -> str:
     return _text(meta.get("creationTimestamp")) if isinstance(meta, Mapping) else ""
 
 
-def convert_route(kind: str, obj: Obj, lookup: BackendLookup) -> ConvertedRoute:
-    """One route's entries, backends and problems (rules 1-9)."""
+def convert_route(kind: str, obj: Obj, lookup: BackendLookup, default_retry: HttpRetry = ISTIO_RETRY) -> ConvertedRoute:
+    """One route's entries, backends and problems (rules 1-9); ``default_retry`` is the mesh config's
+    ``defaultHttpRetryPolicy``, for a rule without ``retry`` (and every GRPCRoute rule)."""
     meta = _mapping(obj.get("metadata"))
     namespace, name = _text(meta.get("namespace")), _text(meta.get("name"))
     spec = _mapping(obj.get("spec"))
@@ -513,7 +516,9 @@ def convert_route(kind: str, obj: Obj, lookup: BackendLookup) -> ConvertedRoute:
     for rule_index, rule in enumerate(_list(spec.get("rules"))):
         try:
             timeouts = Timeouts() if grpc else _timeouts(rule.get("timeouts"))
-            retry = RetryPolicy() if grpc else _retry(rule.get("retry"))
+            retry = default_retry.policy if grpc else _retry(rule.get("retry"), default_retry)
+            if (grpc or not isinstance(rule.get("retry"), Mapping)) and timeouts.backend_request is None:
+                timeouts = replace(timeouts, backend_request=default_retry.per_try_timeout)
         except ValueError as exc:
             ctx.problems.append(Problem(INVALID_CONFIGURATION, str(exc)))
             continue
