@@ -32,7 +32,11 @@ Rules:
    backend unresolved (``InvalidFilter``).
 5. Timeouts are Gateway API durations (``^([0-9]{1,5}(h|m|s|ms)){1,4}$``, e.g. ``10s``, ``500ms``, ``1m``); zero
    means no limit (istiod); an unparsable one makes the rule invalid (``InvalidConfiguration``).
-6. Retries: without ``retry`` a rule gets Istio's default (2 attempts on connect failure and 503). With ``retry``
+6. Retries: without ``retry`` (and in every GRPCRoute rule) a rule gets the mesh config's
+   ``defaultHttpRetryPolicy``, and without one Istio's default (2 attempts on connect failure and 503): istiod's
+   conversion leaves such a rule's VirtualService retries unset. The mesh default's ``perTryTimeout`` becomes the
+   rule's ``backendRequest`` unless the rule sets one (istiod would make a ``backendRequest`` the whole exchange's
+   timeout there; Ambit bounds each try with it, :class:`~ambit.model.routes.Timeouts`). With ``retry``
    (istiod's reading of ``HTTPRouteRetry``): ``attempts`` (default 2; 0 = none), only the listed ``codes``,
    connection failures always, ``backoff`` a duration (default 25 ms, Envoy's).
 7. GRPCRoute method matches become paths as istiod writes them: service and method → Exact
