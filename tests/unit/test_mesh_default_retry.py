@@ -345,3 +345,39 @@ def test_the_mesh_default_crosses_the_wire_intact(retry: HttpRetry) -> None:
 
 def test_the_default_mesh_config_has_istios_default() -> None:
     assert DEFAULT_MESH_CONFIG.default_http_retry is ISTIO_RETRY
+
+
+def test_an_httproute_at_an_ingress_gateway_gets_the_mesh_default() -> None:
+    gateway = {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "Gateway",
+        "metadata": {"name": "edge", "namespace": "shop"},
+        "spec": {"gatewayClassName": "istio", "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]},
+    }
+    route = http_route()
+    route["spec"]["parentRefs"] = [{"name": "edge"}]
+    cart = {
+        "metadata": {"name": "cart", "namespace": "shop"},
+        "spec": {"clusterIP": "10.96.0.20", "ports": [{"port": 80}]},
+    }
+
+    def rule(mesh: str) -> RouteRule:
+        translation = translate_all(
+            pods=(),
+            services=[cart],
+            endpoint_slices=(),
+            namespaces=[{"metadata": {"name": "shop"}}, {"metadata": {"name": "istio-system"}}],
+            gateways=[gateway],
+            http_routes=[route],
+            config_maps=[{"metadata": {"name": "istio", "namespace": "istio-system"}, "data": {"mesh": mesh}}],
+        )
+        (config,) = translation.gateway_configs
+        (listener,) = config.listeners
+        (host,) = listener.virtual_hosts
+        (found,) = host.http
+        return found
+
+    custom = rule(FIVE_TRIES)
+    assert custom.retry == FIVE.policy and custom.timeouts == Timeouts(backend_request=1.5)
+    assert rule(NO_RETRIES).retry.attempts == 0
+    assert rule("{}").retry == RetryPolicy()
