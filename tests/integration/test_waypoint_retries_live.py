@@ -25,7 +25,7 @@ from tests.integration.waypoint_rig import (
 )
 
 from ambit.errors import AmbitError
-from ambit.model.routes import BackendService, RetryPolicy, RouteTable, Timeouts
+from ambit.model.routes import BackendService, HttpRetry, RetryPolicy, RouteTable, Timeouts, WaypointConfig
 from ambit.model.workload import Workload
 from ambit.waypoint.decisions import Decision, Forward, RequestHead, Router
 from ambit.waypoint.settings import WaypointLimits
@@ -94,6 +94,23 @@ async def test_a_retry_on_503_goes_to_the_other_endpoint_and_hides_the_failing_o
     assert all('destination_workload="echo-2"' in line for line in samples)
     lines = access_lines(caplog)
     assert len(lines) == 5 and all(" attempts=2 " in line and "response_code=200" in line for line in lines)
+
+
+async def test_a_mesh_default_of_zero_attempts_leaves_a_failing_first_try_unretried(rig: Rig) -> None:
+    """The waypoint's own router and default route (no table for the Service): with Istio's default a 503 is
+    retried at the other endpoint; once the config carries ``defaultHttpRetryPolicy: {attempts: 0}`` it is not."""
+    rig.endpoints[0].fail_status = 503  # echo-1 always answers 503
+    rig.waypoint.context.choose = first_by_name
+    client, stream = await rig.tunnel(f"{ECHO_VIP}:80")
+    http = HttpOverTunnel(stream)
+    status, _, body = await http.request("GET", "/echo")
+    assert status == 200 and echo_of(body)["endpoint"] == "echo-2"
+    rig.waypoint.context.routes.replace(
+        WaypointConfig("app/waypoint", default_retry=HttpRetry(RetryPolicy(attempts=0)))
+    )
+    assert (await http.request("GET", "/echo"))[::2] == (503, b"echo-1 fails")
+    await client.aclose()
+    assert tries(rig, "GET /echo") == {"echo-1": 2, "echo-2": 1}
 
 
 async def test_a_backend_that_never_answers_gets_504_at_the_request_timeout_with_flag_ut(

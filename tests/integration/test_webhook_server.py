@@ -160,6 +160,9 @@ spec:
 """
 
 
+TO_REVIEWS = {"route": [{"destination": {"host": "reviews"}}]}
+
+
 async def test_destination_rules_and_virtual_services_are_accepted_validated_and_stored(
     apiserver: ServerProcess, webhook: ValidationWebhookServer
 ) -> None:
@@ -213,6 +216,14 @@ async def test_destination_rules_and_virtual_services_are_accepted_validated_and
     }
     out = await kubectl(apiserver, "apply", "-f", "-", manifest=nowhere)
     assert "denied the request" in out, out
+    unclosed = {
+        **service,
+        "metadata": {"name": "unclosed", "namespace": "default"},
+        "spec": {"hosts": ["reviews"], "http": [{"match": [{"headers": {"x": {"regex": "[unclosed"}}}], **TO_REVIEWS}]},
+    }
+    out = await kubectl(apiserver, "apply", "-f", "-", manifest=unclosed)
+    assert "denied the request" in out and "spec.http[0].match[0].headers[x].regex" in out, out
+    assert "NotFound" in await kubectl(apiserver, "get", "vs", "unclosed", "-n", "default")
     for kind, name in [("dr", f"one-request-{v}") for v in ("v1", "v1beta1", "v1alpha3")] + [("vs", "reviews")]:
         await kubectl(apiserver, "delete", kind, name, "-n", "default")
 

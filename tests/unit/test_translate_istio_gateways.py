@@ -31,7 +31,10 @@ from ambit.model.routes import (
     CorsPolicy,
     PathMatch,
     PathMatchType,
+    RetryPolicy,
     RouteMatch,
+    RouteRule,
+    Timeouts,
     ValueMatch,
     WeightedBackend,
 )
@@ -766,3 +769,20 @@ def test_passthrough_and_terminated_servers_share_a_port_by_sni_and_a_duplicate_
         VirtualHost("x.pass.example.com", tcp_backends=(WeightedBackend(C8080, 100),)),
     )
     assert (mesh.protocol, mesh.tls.mode) == (ListenerProtocol.HTTPS, TlsMode.ISTIO_MUTUAL)
+
+
+def test_a_rule_without_retries_gets_the_mesh_default_retry_policy() -> None:
+    def rule_with(mesh_text: str) -> RouteRule:
+        mesh = {"metadata": {"name": "istio", "namespace": "istio-system"}, "data": {"mesh": mesh_text}}
+        (listener,) = config(
+            translate([ingress_gateway("app")], [ingress_route("b", "app")], config_maps=[mesh])
+        ).listeners
+        (host,) = listener.virtual_hosts
+        (rule,) = host.http
+        return rule
+
+    custom = rule_with("defaultHttpRetryPolicy: {attempts: 4, perTryTimeout: 2s, retryOn: '503'}")
+    assert custom.retry == RetryPolicy(attempts=4, codes=(503,), on_connect_failure=False)
+    assert custom.timeouts == Timeouts(backend_request=2.0)
+    assert rule_with("defaultHttpRetryPolicy: {attempts: 0}").retry.attempts == 0
+    assert rule_with("{}").retry == RetryPolicy()

@@ -131,7 +131,7 @@ PROXY_PROTOCOL_V1: ProxyProtocolVersion
 PROXY_PROTOCOL_V2: ProxyProtocolVersion
 
 class WaypointConfig(_message.Message):
-    __slots__ = ("waypoint", "tables", "policies", "request_authentications", "xfcc_client_identity", "destination_rules", "metrics", "services", "race_first_connect", "dynamic_dns", "envoy_patches")
+    __slots__ = ("waypoint", "tables", "policies", "request_authentications", "xfcc_client_identity", "destination_rules", "metrics", "services", "race_first_connect", "dynamic_dns", "envoy_patches", "default_retry", "default_per_try_timeout")
     WAYPOINT_FIELD_NUMBER: _ClassVar[int]
     TABLES_FIELD_NUMBER: _ClassVar[int]
     POLICIES_FIELD_NUMBER: _ClassVar[int]
@@ -143,6 +143,8 @@ class WaypointConfig(_message.Message):
     RACE_FIRST_CONNECT_FIELD_NUMBER: _ClassVar[int]
     DYNAMIC_DNS_FIELD_NUMBER: _ClassVar[int]
     ENVOY_PATCHES_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_RETRY_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_PER_TRY_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     waypoint: str
     tables: _containers.RepeatedCompositeFieldContainer[RouteTable]
     policies: _containers.RepeatedCompositeFieldContainer[WaypointPolicy]
@@ -154,7 +156,9 @@ class WaypointConfig(_message.Message):
     race_first_connect: _containers.RepeatedScalarFieldContainer[str]
     dynamic_dns: _containers.RepeatedScalarFieldContainer[str]
     envoy_patches: EnvoyPatches
-    def __init__(self, waypoint: _Optional[str] = ..., tables: _Optional[_Iterable[_Union[RouteTable, _Mapping]]] = ..., policies: _Optional[_Iterable[_Union[WaypointPolicy, _Mapping]]] = ..., request_authentications: _Optional[_Iterable[_Union[_requestauth_pb2.RequestAuthentication, _Mapping]]] = ..., xfcc_client_identity: _Optional[bool] = ..., destination_rules: _Optional[_Iterable[_Union[DestinationPolicy, _Mapping]]] = ..., metrics: _Optional[_Iterable[_Union[_metric_overrides_pb2.ServiceMetrics, _Mapping]]] = ..., services: _Optional[_Iterable[str]] = ..., race_first_connect: _Optional[_Iterable[str]] = ..., dynamic_dns: _Optional[_Iterable[str]] = ..., envoy_patches: _Optional[_Union[EnvoyPatches, _Mapping]] = ...) -> None: ...
+    default_retry: RetryPolicy
+    default_per_try_timeout: _duration_pb2.Duration
+    def __init__(self, waypoint: _Optional[str] = ..., tables: _Optional[_Iterable[_Union[RouteTable, _Mapping]]] = ..., policies: _Optional[_Iterable[_Union[WaypointPolicy, _Mapping]]] = ..., request_authentications: _Optional[_Iterable[_Union[_requestauth_pb2.RequestAuthentication, _Mapping]]] = ..., xfcc_client_identity: _Optional[bool] = ..., destination_rules: _Optional[_Iterable[_Union[DestinationPolicy, _Mapping]]] = ..., metrics: _Optional[_Iterable[_Union[_metric_overrides_pb2.ServiceMetrics, _Mapping]]] = ..., services: _Optional[_Iterable[str]] = ..., race_first_connect: _Optional[_Iterable[str]] = ..., dynamic_dns: _Optional[_Iterable[str]] = ..., envoy_patches: _Optional[_Union[EnvoyPatches, _Mapping]] = ..., default_retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., default_per_try_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class EnvoyPatches(_message.Message):
     __slots__ = ("filters", "routes", "upstream_h2", "xff_trusted_hops")

@@ -235,6 +235,20 @@ class RetryPolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class HttpRetry:
+    """Istio's ``HTTPRetry`` as a route applies it: the retry policy and the per-try timeout (seconds; None: no
+    limit). A route that states no retries takes the mesh config's ``defaultHttpRetryPolicy``, and without one
+    Istio's default (:data:`ISTIO_RETRY`)."""
+
+    policy: RetryPolicy = RetryPolicy()
+    per_try_timeout: float | None = None
+
+
+ISTIO_RETRY = HttpRetry()
+"""Istio's default when neither the route nor the mesh config says anything: 2 retries, no per-try timeout."""
+
+
+@dataclass(frozen=True, slots=True)
 class Timeouts:
     """Gateway API ``HTTPRouteTimeouts`` in seconds; None is no limit. ``request`` bounds the whole exchange
     (retries included) and answers 504; ``backend_request`` bounds each try."""
@@ -361,6 +375,9 @@ class RouteTable:
     """From an attached TLSRoute, else TCPRoute; empty means the default route."""
     hostnames: tuple[str, ...] = ()
     """The attached HTTPRoutes' hostnames, for config dumps; the waypoint matches by destination, not Host."""
+    default_retry: HttpRetry = ISTIO_RETRY
+    """The retries of the default route (``http`` empty): the mesh config's ``defaultHttpRetryPolicy``. Not on the
+    wire: the waypoint sets it from :attr:`WaypointConfig.default_retry` (:mod:`ambit.waypoint.config`)."""
 
 
 class LoadBalancerType(enum.Enum):
@@ -594,6 +611,9 @@ class WaypointConfig:
     name matches the host, resolved as it comes (:mod:`ambit.waypoint.dynamic_hosts`)."""
     envoy_patches: ProxyPatches = NO_PATCHES
     """What it honours of the EnvoyFilters bound to it (:mod:`ambit.model.envoyfilter`)."""
+    default_retry: HttpRetry = ISTIO_RETRY
+    """The mesh config's ``defaultHttpRetryPolicy``: the retries of its default route (a Service without a table, or
+    a table without HTTP rules), as istiod's ``BuildDefaultHTTPOutboundRoute`` applies it."""
 
     def find_table(self, service_key: str, port: int) -> RouteTable | None:
         for table in self.tables:

@@ -4,7 +4,9 @@ Theory of operation: :class:`RouteConfig` holds one :class:`~ambit.model.routes.
 whole (:meth:`RouteConfig.replace`), so a request sees either the old tables or the new ones, never a mix; the
 shell asks :meth:`RouteConfig.find_table` per request, so a new configuration applies from the next request on.
 Until the control plane sends a ``WaypointConfig`` the tables are empty: Istio's default, every Service routes to
-itself.
+itself. A destination without HTTP rules takes the default route with the configuration's ``default_retry`` (the
+mesh config's ``defaultHttpRetryPolicy``): :meth:`RouteConfig.find_table` hands the engine a table carrying it
+(made once per destination and configuration) when it differs from Istio's default.
 
 :func:`forward_unchanged` is a :data:`~ambit.waypoint.decisions.Router` for that default alone (every request
 forwarded to the addressed Service as received), for tests; the waypoint runs
@@ -14,9 +16,10 @@ forwarded to the addressed Service as received), for tests; the waypoint runs
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
-from ambit.model.routes import BackendService, DestinationPolicy, RouteTable, WaypointConfig
+from ambit.model.routes import ISTIO_RETRY, BackendService, DestinationPolicy, RouteTable, WaypointConfig
 from ambit.waypoint.decisions import Decision, Forward, RequestHead
 from ambit.waypoint.destinations import Refusal
 from ambit.waypoint.traffic_policy import BackendPolicy, plan_backend
@@ -28,7 +31,7 @@ MAX_PLANS = 4096
 class RouteConfig:
     """The current :class:`WaypointConfig`, replaced atomically."""
 
-    __slots__ = ("_config", "_dynamic", "_listed", "_plans", "_racing", "_rules")
+    __slots__ = ("_config", "_defaults", "_dynamic", "_listed", "_plans", "_racing", "_rules")
 
     def __init__(self, config: WaypointConfig | None = None) -> None:
         self._config = config if config is not None else WaypointConfig(waypoint="")
@@ -37,6 +40,7 @@ class RouteConfig:
         self._racing = frozenset(self._config.race_first_connect)
         self._dynamic = frozenset(self._config.dynamic_dns)
         self._plans: dict[tuple[BackendService, bool], BackendPolicy | Refusal] = {}
+        self._defaults: dict[tuple[str, int], RouteTable] = {}
 
     @property
     def current(self) -> WaypointConfig:
@@ -64,6 +68,7 @@ class RouteConfig:
         self._racing = frozenset(config.race_first_connect)
         self._dynamic = frozenset(config.dynamic_dns)
         self._plans = {}
+        self._defaults = {}
 
     def plan_backend(self, backend: BackendService, *, upgrade: bool = False) -> BackendPolicy | Refusal:
         """:func:`~ambit.waypoint.traffic_policy.plan_backend` for the current rules, remembered until they change
@@ -77,13 +82,30 @@ class RouteConfig:
         return plan
 
     def find_table(self, service_key: str, port: int) -> RouteTable | None:
-        return self._config.find_table(service_key, port)
+        """The destination's table; one without HTTP rules (or none) carries the configuration's default retries
+        when they are not Istio's (the module's docstring)."""
+        table = self._config.find_table(service_key, port)
+        default = self._config.default_retry
+        if (table is not None and table.http) or default is ISTIO_RETRY or default == ISTIO_RETRY:
+            return table
+        key = (service_key, port)
+        found = self._defaults.get(key)
+        if found is None:
+            if len(self._defaults) >= MAX_PLANS:
+                self._defaults.clear()
+            base = table if table is not None else RouteTable(service_key, port)
+            found = self._defaults[key] = replace(base, default_retry=default)
+        return found
 
     def to_dump(self) -> dict[str, Any]:
         return {
             "waypoint": self._config.waypoint,
             "services": list(self._config.services),
             "dynamicDns": list(self._config.dynamic_dns),
+            "defaultRetry": {
+                "attempts": self._config.default_retry.policy.attempts,
+                "perTryTimeout": self._config.default_retry.per_try_timeout,
+            },
             "tables": [
                 {
                     "service": table.service_key,

@@ -7,7 +7,8 @@ first entry that matches.
 Rules:
 
 1. No table, or a table without HTTP rules: the default route, Forward to the destination, request unchanged, with
-   the default retry policy. HTTP rules present and none matches: Respond 404.
+   the table's ``default_retry`` (the mesh config's ``defaultHttpRetryPolicy``, its per-try timeout included;
+   Istio's default policy without a table). HTTP rules present and none matches: Respond 404.
 2. Whether a rule's match holds is :mod:`ambit.waypoint.matching`'s business: method, path (Exact, element-wise
    PathPrefix, RegularExpression as a full match), headers (names case-insensitive) and query parameters.
 3. Tables are compiled once (:func:`compile_table`, cached by the table's identity): regular expressions, cleaned
@@ -58,10 +59,11 @@ import re
 from dataclasses import dataclass, replace
 
 from ambit.model.routes import (
+    ISTIO_RETRY,
     BackendService,
     Fault,
     HeaderModifier,
-    RetryPolicy,
+    HttpRetry,
     RouteRule,
     RouteTable,
     Timeouts,
@@ -93,8 +95,6 @@ _GOLDEN = 0.6180339887498949
 _NO_TIMEOUTS = Timeouts()
 _TEXT = (("content-type", "text/plain"),)
 FAULT_BODY = b"fault filter abort"
-_DEFAULT_RETRY = RetryPolicy()
-"""The default route's policies: Istio's defaults, shared (they are frozen)."""
 
 
 _Drawn = tuple[float, WeightedBackend, HeaderEdit | None, HeaderModifier | None]
@@ -193,7 +193,7 @@ class CompiledTable:
     def route(self, destination: BackendService, request: RequestHead, random: float) -> Decision:
         """What to do with ``request`` sent to ``destination`` (the module's rules)."""
         if not self.rules:
-            return Forward(destination, request, timeouts=_NO_TIMEOUTS, retry=_DEFAULT_RETRY)
+            return _default_route(self.table.default_retry, destination, request)
         facts = RequestFacts(request)
         method, path = request.method, facts.path
         for compiled in self.rules:
@@ -352,8 +352,14 @@ def compile_table(table: RouteTable) -> CompiledTable:
 def route(table: RouteTable | None, destination: BackendService, request: RequestHead, random: float) -> Decision:
     """The :data:`~ambit.waypoint.decisions.Router`: what to do with ``request`` sent to ``destination``."""
     if table is None or not table.http:
-        return Forward(destination, request, timeouts=_NO_TIMEOUTS, retry=_DEFAULT_RETRY)
+        return _default_route(ISTIO_RETRY if table is None else table.default_retry, destination, request)
     return compile_table(table).route(destination, request, random)
+
+
+def _default_route(retry: HttpRetry, destination: BackendService, request: RequestHead) -> Forward:
+    """Rule 1."""
+    timeouts = _NO_TIMEOUTS if retry.per_try_timeout is None else Timeouts(backend_request=retry.per_try_timeout)
+    return Forward(destination, request, timeouts=timeouts, retry=retry.policy)
 
 
 def waypoint_route(

@@ -36,6 +36,9 @@ Rules:
     header values carry no CR, LF or NUL; ``max_age`` is at most :data:`MAX_CORS_AGE` seconds.
 15. ``envoy_patches`` (field 11, the EnvoyFilter patches the waypoint honours) are judged by
     :mod:`ambit.xds.envoy_patches`.
+16. ``default_retry`` and ``default_per_try_timeout`` (fields 12, 13: the mesh config's ``defaultHttpRetryPolicy``)
+    give the retries of the waypoint's default route; both absent is Istio's default (rule 5), a timeout alone
+    joins Istio's default policy.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from google.protobuf.message import DecodeError
 from ambit.api import waypoint_pb2 as pb
 from ambit.model.field_names import is_token
 from ambit.model.routes import (
+    ISTIO_RETRY,
     MAX_CLAIM_PATH,
     PSEUDO_HEADERS,
     BackendService,
@@ -57,6 +61,7 @@ from ambit.model.routes import (
     DirectResponse,
     Fault,
     HeaderModifier,
+    HttpRetry,
     PathMatch,
     PathMatchType,
     PathModifier,
@@ -212,18 +217,22 @@ def _cors(cors: CorsPolicy) -> pb.CorsPolicy:
     return out
 
 
+def _retry(retry: RetryPolicy) -> pb.RetryPolicy:
+    return pb.RetryPolicy(
+        attempts=retry.attempts,
+        codes=list(retry.codes),
+        backoff=_duration(retry.backoff),
+        on_connect_failure=retry.on_connect_failure,
+    )
+
+
 def _rule(rule: RouteRule) -> pb.RouteRule:
     out = pb.RouteRule(
         route=rule.route,
         match=_match(rule.match),
         backends=[_weighted(b) for b in rule.backends],
         mirrors=[pb.RequestMirror(backend=_backend(m.backend), percent=m.percent) for m in rule.mirrors],
-        retry=pb.RetryPolicy(
-            attempts=rule.retry.attempts,
-            codes=list(rule.retry.codes),
-            backoff=_duration(rule.retry.backoff),
-            on_connect_failure=rule.retry.on_connect_failure,
-        ),
+        retry=_retry(rule.retry),
         rule_name=rule.rule_name,
         missing_backend_status=rule.missing_backend_status,
     )
@@ -302,6 +311,11 @@ def waypoint_config_to_proto(config: WaypointConfig) -> pb.WaypointConfig:
         race_first_connect=list(config.race_first_connect),
         dynamic_dns=list(config.dynamic_dns),
         envoy_patches=envoy_patches_to_proto(config.envoy_patches) if config.envoy_patches else None,
+        # Istio's default travels as an absent field, so configs without a mesh default keep their bytes.
+        default_retry=_retry(config.default_retry.policy) if config.default_retry.policy != RetryPolicy() else None,
+        default_per_try_timeout=None
+        if config.default_retry.per_try_timeout is None
+        else _duration(config.default_retry.per_try_timeout),
     )
 
 
@@ -526,15 +540,7 @@ class _Reader(FieldReader):
             if not 0.0 <= mirror.percent <= 100.0:
                 raise self.fail(f"{field}.mirrors[{i}].percent", f"out of range 0..100: {mirror.percent}")
             mirrors.append(RequestMirror(self.backend(f"{field}.mirrors[{i}].backend", mirror.backend), mirror.percent))
-        retry = RetryPolicy()
-        if message.HasField("retry"):
-            r = message.retry
-            retry = RetryPolicy(
-                attempts=r.attempts,
-                codes=tuple(r.codes),
-                backoff=self.seconds(f"{field}.retry.backoff", r.backoff),
-                on_connect_failure=r.on_connect_failure,
-            )
+        retry = self.retry(f"{field}.retry", message.retry) if message.HasField("retry") else RetryPolicy()
         t = message.timeouts
         timeouts = Timeouts(
             request=self.seconds(f"{field}.timeouts.request", t.request) if t.HasField("request") else None,
@@ -603,6 +609,26 @@ class _Reader(FieldReader):
             out.add(key)
         return tuple(sorted(out))
 
+    def retry(self, field: str, message: pb.RetryPolicy) -> RetryPolicy:
+        return RetryPolicy(
+            attempts=message.attempts,
+            codes=tuple(message.codes),
+            backoff=self.seconds(f"{field}.backoff", message.backoff),
+            on_connect_failure=message.on_connect_failure,
+        )
+
+    def default_retry(self, message: pb.WaypointConfig) -> HttpRetry:
+        """Rule 16."""
+        policy = self.retry("default_retry", message.default_retry) if message.HasField("default_retry") else None
+        per_try = (
+            self.seconds("default_per_try_timeout", message.default_per_try_timeout)
+            if message.HasField("default_per_try_timeout")
+            else None
+        )
+        if policy is None and per_try is None:
+            return ISTIO_RETRY
+        return HttpRetry(RetryPolicy() if policy is None else policy, per_try)
+
     def table(self, field: str, message: pb.RouteTable) -> RouteTable:
         return RouteTable(
             service_key=self.text(f"{field}.service_key", message.service_key),
@@ -616,7 +642,7 @@ class _Reader(FieldReader):
 
 
 def waypoint_config_from_proto(message: pb.WaypointConfig, name: str) -> WaypointConfig:
-    """Judge and convert a WaypointConfig received as resource ``name`` (rules 1-15)."""
+    """Judge and convert a WaypointConfig received as resource ``name`` (rules 1-16)."""
     reader = _Reader(name)
     if message.waypoint != name:
         raise reader.fail("waypoint", f"the resource is named {name!r} but describes {message.waypoint!r}")
@@ -640,6 +666,7 @@ def waypoint_config_from_proto(message: pb.WaypointConfig, name: str) -> Waypoin
             race_first_connect=reader.services("race_first_connect", message.race_first_connect),
             dynamic_dns=reader.services("dynamic_dns", message.dynamic_dns),
             envoy_patches=EnvoyPatchesReader(name).patches("envoy_patches", message.envoy_patches),
+            default_retry=reader.default_retry(message),
         )
     except XdsConversionError:
         raise

@@ -95,6 +95,7 @@ def gateway_side(
         domain=domain,
         skips=skips,
         default_export_to=mesh.default_virtual_service_export_to,
+        default_retry=mesh.default_http_retry,
     )
     gateway_api_keys = {p.key for p in side.ingress_pods}
     backing = {key: backing_pod(requested, domain, services, pods) for key, requested in side.manual_gateways}

@@ -111,7 +111,7 @@ from ambit.model.ingress import (
     host_order,
 )
 from ambit.model.labels import selector_from_spec
-from ambit.model.routes import BackendService
+from ambit.model.routes import ISTIO_RETRY, BackendService, HttpRetry
 from ambit.model.workload import Service
 from ambit.tls.credentials import TlsCredential
 
@@ -249,8 +249,10 @@ def translate_ingress(
     reference_grants: Iterable[Obj] = (),
     find_config_map: SecretLookup | None = None,
     listener_sets: Iterable[tuple[Origin, Obj]] = (),
+    default_retry: HttpRetry = ISTIO_RETRY,
 ) -> IngressTranslation:
-    """Rules 1-9; ``listener_sets`` are (group and kind, object) pairs."""
+    """Rules 1-9; ``listener_sets`` are (group and kind, object) pairs; ``default_retry`` is the mesh config's
+    ``defaultHttpRetryPolicy``, for route rules without ``retry``."""
     grants = ReferenceGrants.build(reference_grants)
     found: dict[str, _Gateway] = {}
     parent_of: dict[tuple[Origin, str], _Parent] = {}
@@ -318,7 +320,7 @@ def translate_ingress(
             if wire in parents:
                 continue
             if route is None:
-                route = convert_route(kind_of_route, obj, _lookup_for(route_ns, services, grants))
+                route = convert_route(kind_of_route, obj, _lookup_for(route_ns, services, grants), default_retry)
             accepted = _attach(target, ref, route, route_ns, namespace_labels)
             parents[wire] = RouteParentStatus(wire, (accepted, _resolved_refs(route)))
         if parents:

@@ -107,7 +107,7 @@ from ambit.model.ingress import (
     VirtualHost,
     host_order,
 )
-from ambit.model.routes import RouteRule, WeightedBackend
+from ambit.model.routes import ISTIO_RETRY, HttpRetry, RouteRule, WeightedBackend
 from ambit.model.workload import Service
 from ambit.tls.credentials import CredentialProblem, read_ca_bundle, read_istio_credential
 
@@ -397,12 +397,13 @@ class _Builder:
     services: Mapping[str, tuple[Service, ...]]
     domain: str
     problems: set[Skipped]
+    default_retry: HttpRetry = ISTIO_RETRY
 
     def http_rules(self, bound: _Bound, server: _Server) -> tuple[RouteRule, ...]:
         cached = bound.rules.get((server.gateway_key, server.port))
         if cached is not None:
             return cached
-        ctx = RuleContext(bound.namespace, bound.name, self.domain, server.port, self.services, server.gateway_key)
+        ctx = self.context(bound, server)
         problems: list[tuple[str, str]] = []
         rules = http_rules(_mapping(bound.obj.get("spec")), ctx, problems)
         self.problems.update(skipped(VIRTUAL_SERVICE, bound.obj, f, r) for f, r in problems)
@@ -410,7 +411,15 @@ class _Builder:
         return rules
 
     def context(self, bound: _Bound, server: _Server) -> RuleContext:
-        return RuleContext(bound.namespace, bound.name, self.domain, server.port, self.services, server.gateway_key)
+        return RuleContext(
+            bound.namespace,
+            bound.name,
+            self.domain,
+            server.port,
+            self.services,
+            server.gateway_key,
+            default_retry=self.default_retry,
+        )
 
     def virtual_hosts(self, servers: list[_Server], bound: list[_Bound]) -> tuple[VirtualHost, ...]:
         hosts: dict[str, list[RouteRule]] = {}
@@ -481,11 +490,12 @@ def translate_istio_gateways(
     domain: str = "cluster.local",
     skips: list[Skipped] | None = None,
     default_export_to: tuple[str, ...] | None = None,
+    default_retry: HttpRetry = ISTIO_RETRY,
 ) -> IstioGatewayTranslation:
     """Rules 1-6: each classic gateway's config, who may read it, and its pods (for policy selectors).
     ``services`` are the translated Services (VirtualService destinations), ``service_objects`` the Kubernetes
     Services (the gateway pods' port mapping); ``default_export_to`` is the mesh config's
-    ``defaultVirtualServiceExportTo``."""
+    ``defaultVirtualServiceExportTo``, ``default_retry`` its ``defaultHttpRetryPolicy``."""
     service_objects = [s for s in service_objects if isinstance(s, Mapping)]
     problems: set[Skipped] = set()
     own: list[Skipped] = []
@@ -532,7 +542,7 @@ def translate_istio_gateways(
                     problems.add(skipped(ISTIO_GATEWAY, gateway, f"{judged.field}.hosts", reason))
                     continue
                 on_port.append(judged)
-        builder = _Builder(group, hostnames, domain, problems)
+        builder = _Builder(group, hostnames, domain, problems, default_retry)
         bound = _bound_virtual_services(vs_list, group.namespace, domain, default_export_to)
         listeners: list[IngressListener] = []
         for port in sorted(servers):

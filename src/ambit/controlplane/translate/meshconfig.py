@@ -40,6 +40,11 @@ Rules:
    of range, or a mode Istio does not name, is an error (rule 2).
 9. ``extensionProviders``: the external authorizers (``envoyExtAuthzHttp``, ``envoyExtAuthzGrpc``) read by
    :mod:`ambit.controlplane.translate.extension_providers` (its rules); an invalid list is an error (rule 2).
+10. ``defaultHttpRetryPolicy``: an ``HTTPRetry`` (``attempts``, ``perTryTimeout``, ``retryOn``, ``backoff``, read by
+    :mod:`ambit.controlplane.translate.http_retry` as a VirtualService's ``retries`` is): the retries of every
+    VirtualService rule, HTTPRoute rule and GRPCRoute rule that states none, and of the waypoints' default route
+    (istiod's ``TranslateRoute`` and ``BuildDefaultHTTPOutboundRoute``). ``attempts: 0`` disables those retries.
+    Unset or null: Istio's default (2 retries on a connection failure and 503). An invalid one is an error (rule 2).
 """
 
 from __future__ import annotations
@@ -53,7 +58,9 @@ import yaml
 
 from ambit.controlplane.translate.extension_providers import parse_extension_providers
 from ambit.controlplane.translate.gateway_topology import forward_client_cert, num_trusted_proxies
+from ambit.controlplane.translate.http_retry import read_http_retry
 from ambit.controlplane.translate.skips import ObjectKind, Skipped, skipped
+from ambit.controlplane.translate.virtualservice_values import BadField
 from ambit.errors import AmbitError
 from ambit.model import untrusted_yaml
 from ambit.model.extauthz import ExtAuthzProvider
@@ -67,6 +74,7 @@ from ambit.model.labels import (
     label_value_problem,
     selector_from_spec,
 )
+from ambit.model.routes import ISTIO_RETRY, HttpRetry
 
 T = TypeVar("T")
 MESH_CONFIG_MAP = "istio"
@@ -146,6 +154,8 @@ class MeshConfig:
     """Rule 8: ``defaultConfig.gatewayTopology.forwardClientCertDetails``; None: unset (gateways ``SANITIZE_SET``)."""
     ext_authz_providers: tuple[ExtAuthzProvider, ...] = ()
     """Rule 9: the usable external authorizers, in the list's order."""
+    default_http_retry: HttpRetry = ISTIO_RETRY
+    """Rule 10: the retries of a route rule that states none, and of the waypoints' default route."""
 
     def find_ext_authz(self, name: str) -> ExtAuthzProvider | None:
         """The external authorizer called ``name`` (rule 9), or None."""
@@ -320,7 +330,7 @@ def _export_to(raw: Obj, camel: str, snake: str) -> tuple[str, ...] | None:
 
 
 def parse_mesh_config(text: str) -> MeshConfig:
-    """The MeshConfig in ``text`` (rules 1-9); raises :class:`MeshConfigError` with one line for bad input."""
+    """The MeshConfig in ``text`` (rules 1-10); raises :class:`MeshConfigError` with one line for bad input."""
     if len(text.encode("utf-8", "surrogatepass")) > MAX_MESH_BYTES:
         raise MeshConfigError(f"the mesh config is larger than {MAX_MESH_BYTES} bytes")
     try:
@@ -352,7 +362,16 @@ def parse_mesh_config(text: str) -> MeshConfig:
         trusted_proxies=_topology_field(_get(raw, "defaultConfig", "default_config"), num_trusted_proxies),
         forward_client_cert=_topology_field(_get(raw, "defaultConfig", "default_config"), forward_client_cert),
         ext_authz_providers=_extension_providers(_get(raw, "extensionProviders", "extension_providers")),
+        default_http_retry=_default_http_retry(_get(raw, "defaultHttpRetryPolicy", "default_http_retry_policy")),
     )
+
+
+def _default_http_retry(value: Any) -> HttpRetry:
+    """Rule 10."""
+    try:
+        return read_http_retry(value, "defaultHttpRetryPolicy", ISTIO_RETRY)
+    except BadField as bad:
+        raise MeshConfigError(f"{bad.field}: {bad.reason}") from None
 
 
 def _extension_providers(value: Any) -> tuple[ExtAuthzProvider, ...]:

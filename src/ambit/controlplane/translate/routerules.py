@@ -32,7 +32,11 @@ Rules:
    backend unresolved (``InvalidFilter``).
 5. Timeouts are Gateway API durations (``^([0-9]{1,5}(h|m|s|ms)){1,4}$``, e.g. ``10s``, ``500ms``, ``1m``); zero
    means no limit (istiod); an unparsable one makes the rule invalid (``InvalidConfiguration``).
-6. Retries: without ``retry`` a rule gets Istio's default (2 attempts on connect failure and 503). With ``retry``
+6. Retries: without ``retry`` (and in every GRPCRoute rule) a rule gets the mesh config's
+   ``defaultHttpRetryPolicy``, and without one Istio's default (2 attempts on connect failure and 503): istiod's
+   conversion leaves such a rule's VirtualService retries unset. The mesh default's ``perTryTimeout`` becomes the
+   rule's ``backendRequest`` unless the rule sets one (istiod would make a ``backendRequest`` the whole exchange's
+   timeout there; Ambit bounds each try with it, :class:`~ambit.model.routes.Timeouts`). With ``retry``
    (istiod's reading of ``HTTPRouteRetry``): ``attempts`` (default 2; 0 = none), only the listed ``codes``,
    connection failures always, ``backoff`` a duration (default 25 ms, Envoy's).
 7. GRPCRoute method matches become paths as istiod writes them: service and method → Exact
@@ -52,7 +56,7 @@ from __future__ import annotations
 import re
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ambit.controlplane.translate.cors_filter import cors_policy
@@ -60,9 +64,11 @@ from ambit.controlplane.translate.fields import mapping as _mapping
 from ambit.controlplane.translate.fields import text as _text
 from ambit.model.field_names import is_token
 from ambit.model.routes import (
+    ISTIO_RETRY,
     BackendService,
     CorsPolicy,
     HeaderModifier,
+    HttpRetry,
     PathMatch,
     PathMatchType,
     PathModifier,
@@ -456,9 +462,9 @@ def _backends(refs: Any, ctx: _Context) -> tuple[WeightedBackend, ...]:
     return tuple(out)
 
 
-def _retry(value: Any) -> RetryPolicy:
+def _retry(value: Any, default: HttpRetry) -> RetryPolicy:
     if not isinstance(value, Mapping):
-        return RetryPolicy()
+        return default.policy  # istiod's conversion leaves the VirtualService's retries unset: the mesh default
     attempts = _int(value.get("attempts"))
     codes = value.get("codes")
     backoff = value.get("backoff")
@@ -495,8 +501,9 @@ def _created(obj: Obj) -> str:
     return _text(meta.get("creationTimestamp")) if isinstance(meta, Mapping) else ""
 
 
-def convert_route(kind: str, obj: Obj, lookup: BackendLookup) -> ConvertedRoute:
-    """One route's entries, backends and problems (rules 1-9)."""
+def convert_route(kind: str, obj: Obj, lookup: BackendLookup, default_retry: HttpRetry = ISTIO_RETRY) -> ConvertedRoute:
+    """One route's entries, backends and problems (rules 1-9); ``default_retry`` is the mesh config's
+    ``defaultHttpRetryPolicy``, for a rule without ``retry`` (and every GRPCRoute rule)."""
     meta = _mapping(obj.get("metadata"))
     namespace, name = _text(meta.get("namespace")), _text(meta.get("name"))
     spec = _mapping(obj.get("spec"))
@@ -513,7 +520,9 @@ def convert_route(kind: str, obj: Obj, lookup: BackendLookup) -> ConvertedRoute:
     for rule_index, rule in enumerate(_list(spec.get("rules"))):
         try:
             timeouts = Timeouts() if grpc else _timeouts(rule.get("timeouts"))
-            retry = RetryPolicy() if grpc else _retry(rule.get("retry"))
+            retry = default_retry.policy if grpc else _retry(rule.get("retry"), default_retry)
+            if (grpc or not isinstance(rule.get("retry"), Mapping)) and timeouts.backend_request is None:
+                timeouts = replace(timeouts, backend_request=default_retry.per_try_timeout)
         except ValueError as exc:
             ctx.problems.append(Problem(INVALID_CONFIGURATION, str(exc)))
             continue

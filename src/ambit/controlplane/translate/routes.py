@@ -74,7 +74,7 @@ from ambit.controlplane.translate.routerules import (
 )
 from ambit.controlplane.translate.virtualservices import RouteBlock, VirtualServiceRoutes, route_block_order
 from ambit.controlplane.translate.waypoints import Waypoint, WaypointIndex
-from ambit.model.routes import BackendService, RouteTable, WaypointConfig, WeightedBackend
+from ambit.model.routes import ISTIO_RETRY, BackendService, HttpRetry, RouteTable, WaypointConfig, WeightedBackend
 from ambit.model.workload import HBONE_MTLS_PORT, Service
 
 __all__ = [
@@ -337,10 +337,12 @@ def translate_routes(
     waypoints: WaypointIndex,
     gateways: Iterable[Obj] = (),
     virtual_services: VirtualServiceRoutes | None = None,
+    default_retry: HttpRetry = ISTIO_RETRY,
 ) -> RouteTranslation:
     """Each ready waypoint's config and each route's status (rules 1-8). ``bound`` maps a service key to the key
     of the waypoint it is bound to; ``canaries`` to its canary waypoint's, which gets the same tables;
-    ``virtual_services`` what the VirtualServices give each destination (rule 8)."""
+    ``virtual_services`` what the VirtualServices give each destination (rule 8); ``default_retry`` the mesh
+    config's ``defaultHttpRetryPolicy`` (a rule without retries, and each waypoint's default route)."""
     canaries = canaries or {}
     gateway_list = list(gateways)
     k8s = {(s.namespace, s.name): s for s in k8s_services}
@@ -371,7 +373,7 @@ def translate_routes(
         for obj in objects:
             meta = _meta(obj)
             namespace = _text(meta.get("namespace"))
-            route = convert_route(kind, obj, inputs.lookup_for(namespace))
+            route = convert_route(kind, obj, inputs.lookup_for(namespace), default_retry)
             spec = _mapping(obj.get("spec"))
             parents: dict[tuple[tuple[str, Any], ...], RouteParentStatus] = {}
             for ref in _list(spec.get("parentRefs")):
@@ -399,6 +401,7 @@ def translate_routes(
                 _tables(served, attachments, virtual_services, bound),
                 xfcc_client_identity=waypoints.ready[key].xfcc_client_identity,
                 services=tuple(dict.fromkeys(s.key for s in served)),
+                default_retry=default_retry,
             )
         )
     accounts = {

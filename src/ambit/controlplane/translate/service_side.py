@@ -281,7 +281,9 @@ def service_side(
             domain=domain,
             skips=skips,
             default_export_to=mesh.default_virtual_service_export_to,
+            default_retry=mesh.default_http_retry,
         ),
+        default_retry=mesh.default_http_retry,
     )
     authn_translations = [
         translate_request_authentication(obj, root_namespace=root_namespace, skips=skips)
@@ -312,6 +314,7 @@ def service_side(
         reference_grants=reference_grants,
         namespace_labels=namespace_labels,
         listener_sets=listener_sets,
+        default_retry=mesh.default_http_retry,
     )
     backend_tls = translate_backend_tls(
         backend_tls_policies,

@@ -44,7 +44,9 @@ Rules:
    exchange (``0s`` none); ``retries``: ``attempts`` (0 none), ``perTryTimeout``, ``retryOn`` (``5xx``,
    ``gateway-error``, ``retriable-4xx``, status codes, ``connect-failure``/``refused-stream``/``reset``; ``5xx``
    and ``gateway-error`` also retry a connection failure, as Envoy counts an upstream reset as a 5xx for both;
-   gRPC conditions cannot be judged by status and are ignored); without ``retries``, Istio's default. ``mirror`` with
+   gRPC conditions cannot be judged by status and are ignored; :mod:`ambit.controlplane.translate.http_retry`);
+   without ``retries``, the mesh config's ``defaultHttpRetryPolicy`` (istiod's ``TranslateRoute``), its
+   ``perTryTimeout`` included, and without one Istio's default. ``mirror`` with
    ``mirrorPercentage`` and ``mirrors`` with ``percentage`` (0 percent: none). ``fault``: ``delay.fixedDelay`` with
    ``percentage``, ``abort.httpStatus`` or ``abort.grpcStatus`` (a status name, sent as its code) with
    ``percentage``. ``corsPolicy`` is carried to the engine (rule 8).
@@ -70,6 +72,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ambit.controlplane.translate.http_retry import read_http_retry
 from ambit.controlplane.translate.routerules import regex_problem
 from ambit.controlplane.translate.virtualservice_values import (
     BadField,
@@ -87,6 +90,7 @@ from ambit.controlplane.translate.virtualservice_values import (
 from ambit.model.field_names import is_token
 from ambit.model.routes import (
     GRPC_STATUS_CODES,
+    ISTIO_RETRY,
     MAX_CLAIM_PATH,
     PSEUDO_HEADERS,
     BackendService,
@@ -95,6 +99,7 @@ from ambit.model.routes import (
     DirectResponse,
     Fault,
     HeaderModifier,
+    HttpRetry,
     PathMatch,
     PathMatchType,
     PathModifier,
@@ -102,7 +107,6 @@ from ambit.model.routes import (
     RegexRewrite,
     RequestMirror,
     RequestRedirect,
-    RetryPolicy,
     RouteMatch,
     RouteRule,
     Timeouts,
@@ -135,9 +139,7 @@ MAX_DIRECT_BODY = 64 * 1024
 _SUBSET_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _REDIRECT_CODES = frozenset((301, 302, 303, 307, 308))
 _AUTHORITY = frozenset(("host", ":authority"))
-_CONNECT_FAILURES = frozenset(("connect-failure", "refused-stream", "reset", "reset-before-request"))
 _CORS_METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"))
-_GRPC_CONDITIONS = frozenset(("cancelled", "deadline-exceeded", "internal", "resource-exhausted", "unavailable"))
 
 Obj = Mapping[str, Any]
 
@@ -172,6 +174,8 @@ class RuleContext:
     by_hostname: Mapping[str, tuple[Service, ...]]
     gateway: str = ""
     """``namespace/name`` of the Istio Gateway whose server the rules are for; empty: for the waypoints (``mesh``)."""
+    default_retry: HttpRetry = ISTIO_RETRY
+    """The mesh config's ``defaultHttpRetryPolicy``: the retries of a rule that states none (rule 5)."""
 
     def holds_for(self, gateways: Any) -> bool:
         """Whether a ``gateways`` list (of a rule's match) lets it hold here: at a waypoint, empty or naming
@@ -414,41 +418,6 @@ def _direct(value: Any, field: str) -> DirectResponse:
     return DirectResponse(status, body)
 
 
-def _retry(value: Any, field: str) -> tuple[RetryPolicy, float | None]:
-    if value is None:
-        return RetryPolicy(), None
-    spec = read_mapping(value, field)
-    attempts = read_int(spec.get("attempts"), f"{field}.attempts") or 0
-    if not 0 <= attempts <= 100:
-        raise BadField(f"{field}.attempts", "expected 0 to 100")
-    per_try = parse_duration(spec["perTryTimeout"], f"{field}.perTryTimeout") if spec.get("perTryTimeout") else None
-    backoff = parse_duration(spec["backoff"], f"{field}.backoff") if spec.get("backoff") else None
-    base = RetryPolicy(attempts=attempts) if backoff is None else RetryPolicy(attempts=attempts, backoff=backoff)
-    retry_on = read_text(spec.get("retryOn"), f"{field}.retryOn")
-    if not retry_on:
-        return base, per_try or None
-    codes: set[int] = set()
-    connect = False
-    for condition in (c.strip() for c in retry_on.split(",") if c.strip()):
-        if condition.isdigit():
-            if not 100 <= int(condition) <= 599:
-                raise BadField(f"{field}.retryOn", f"not an HTTP status: {condition[:8]}")
-            codes.add(int(condition))
-        elif condition == "5xx":
-            codes.update(range(500, 600))
-            connect = True
-        elif condition == "gateway-error":  # Envoy counts an upstream reset as a 5xx for it too
-            codes.update((502, 503, 504))
-            connect = True
-        elif condition == "retriable-4xx":
-            codes.add(409)
-        elif condition in _CONNECT_FAILURES:
-            connect = True
-        elif condition not in _GRPC_CONDITIONS and condition != "retriable-status-codes":
-            raise BadField(f"{field}.retryOn", f"unknown retry condition {condition!r}")
-    return replace(base, codes=tuple(sorted(codes)), on_connect_failure=connect), per_try or None
-
-
 def _fault(value: Any, field: str, notes: list[tuple[str, str]]) -> Fault | None:
     if value is None:
         return None
@@ -623,7 +592,7 @@ def _http_rule(rule: Obj, match: RouteMatch, ctx: RuleContext, field: str, notes
     host = read_printable(rewrite_spec.get("authority"), f"{field}.rewrite.authority") or authority or dest_authority
     rewrite = URLRewrite(hostname=host or None, path=path) if host or path else None
     timeout = parse_duration(rule["timeout"], f"{field}.timeout") if rule.get("timeout") is not None else None
-    retry, per_try = _retry(rule.get("retries"), f"{field}.retries")
+    retry = read_http_retry(rule.get("retries"), f"{field}.retries", ctx.default_retry)
     return replace(
         base,
         backends=backends,
@@ -631,8 +600,8 @@ def _http_rule(rule: Obj, match: RouteMatch, ctx: RuleContext, field: str, notes
         response_headers=_join(response, dest_response),
         rewrite=rewrite,
         mirrors=_mirrors(rule, ctx, field, notes),
-        timeouts=Timeouts(request=timeout or None, backend_request=per_try),
-        retry=retry,
+        timeouts=Timeouts(request=timeout or None, backend_request=retry.per_try_timeout),
+        retry=retry.policy,
         regex_rewrite=regex_rewrite,
     )
 

@@ -52,7 +52,7 @@ from ambit.controlplane.translate.virtualservice_rules import (
     fqdn,
     http_rules,
 )
-from ambit.model.routes import RouteRule, WeightedBackend
+from ambit.model.routes import ISTIO_RETRY, HttpRetry, RouteRule, WeightedBackend
 from ambit.model.workload import Service
 
 __all__ = [
@@ -156,10 +156,11 @@ def translate_virtual_services(
     domain: str = "cluster.local",
     skips: list[Skipped] | None = None,
     default_export_to: tuple[str, ...] | None = None,
+    default_retry: HttpRetry = ISTIO_RETRY,
 ) -> VirtualServiceRoutes:
     """Each bound destination's VirtualService blocks and connection routes (rules 1-9). ``bound`` maps a service
     key to its (primary) waypoint's key; ``skips`` receives what had to be left out; ``default_export_to`` is the
-    mesh config's ``defaultVirtualServiceExportTo``."""
+    mesh config's ``defaultVirtualServiceExportTo``, ``default_retry`` its ``defaultHttpRetryPolicy``."""
     service_list = list(services)
     by_hostname: dict[str, list[Service]] = {}
     for service in service_list:
@@ -196,7 +197,7 @@ def translate_virtual_services(
                 continue
             order = (group, stamp, name, namespace)
             for port in sorted({m.service_port for m in service.ports}):
-                ctx = RuleContext(namespace, name, domain, port, hostnames)
+                ctx = RuleContext(namespace, name, domain, port, hostnames, default_retry=default_retry)
                 if port not in converted:
                     converted[port] = http_rules(spec, ctx, problems)
                 if converted[port]:

@@ -2,10 +2,12 @@
 
 Theory of operation. Only their structure and the obvious field errors are checked: top-level fields are decoded
 strictly, required hosts and names are present (a DestinationRule subset's name a DNS label, as Istio requires),
-enums hold known values, port numbers are in range, and a route says where it goes. Nested settings only have to
-be objects; the waypoint's translation (:mod:`ambit.controlplane.translate.destinationrules`) judges the rest and
-reports a rule it cannot use as skipped. A ``loadBalancer.localityLbSetting`` (top level, subsets, port level) is
-judged in full, by the translation's own reader, as istiod's webhook refuses a bad one.
+enums hold known values, port numbers are in range, and a route says where it goes. A VirtualService's HTTP
+``match`` conditions and ``rewrite`` are checked as istiod checks them (:mod:`ambit.controlplane.webhook.http_match`:
+string matches, RE2 regular expressions, header names). A ``loadBalancer.localityLbSetting`` (top level, subsets,
+port level) is judged in full, by the translation's own reader, as istiod's webhook refuses a bad one. Other nested
+settings only have to be objects; the translation (:mod:`ambit.controlplane.translate.destinationrules`, ...)
+judges the rest and reports a rule it cannot use as skipped.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 from ambit.controlplane.translate.locality_lb import read_locality_lb
 from ambit.controlplane.translate.shapes import ShapeError
 from ambit.controlplane.webhook.fields import Fields, is_dns_label, is_hostname
+from ambit.controlplane.webhook.http_match import MatchChecker
 
 TLS_MODES = ("DISABLE", "SIMPLE", "MUTUAL", "ISTIO_MUTUAL")
 LOAD_BALANCERS = ("UNSPECIFIED", "LEAST_CONN", "RANDOM", "PASSTHROUGH", "ROUND_ROBIN", "LEAST_REQUEST")
@@ -88,8 +91,11 @@ def validate_virtual_service(obj: dict[str, Any]) -> Fields:
         if host != "*" and not is_hostname(host):
             f.error(path, f"{host!r} is not a DNS name, a '*.' wildcard or '*'")
     f.strings(spec.get("gateways"), "spec.gateways")
+    checker = MatchChecker(f)
     for path, http in f.objects(spec.get("http"), "spec.http"):
-        f.objects(http.get("match"), f"{path}.match")
+        for match_path, match in f.objects(http.get("match"), f"{path}.match"):
+            checker.match(match, match_path)
+        checker.rewrite(http.get("rewrite"), f"{path}.rewrite")
         has = [name for name in ("route", "redirect", "directResponse", "delegate") if http.get(name)]
         if not has:
             f.error(path, "needs one of route, redirect, directResponse or delegate")
