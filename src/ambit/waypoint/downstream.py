@@ -96,6 +96,50 @@ class RequestSide(Protocol):
     def response_started(self) -> bool: ...
 
 
+class SideWrapper:
+    """A :class:`RequestSide` that reads the request through ``down`` (subclasses change :meth:`next_event`: a
+    mirror's tee, an authorizer's read-ahead) and hands the response half to it unchanged."""
+
+    __slots__ = ("_down",)
+
+    def __init__(self, down: RequestSide) -> None:
+        self._down = down
+
+    async def next_event(self, *, head: bool = False) -> Event:
+        return await self._down.next_event(head=head)
+
+    async def continue_if_waited(self) -> None:
+        await self._down.continue_if_waited()
+
+    async def start_response(
+        self,
+        status: int,
+        headers: Iterable[tuple[str, str]],
+        reason: str = "",
+        *,
+        body: bytes = b"",
+        end: bool = False,
+        trailers: Iterable[tuple[str, str]] = (),
+    ) -> None:
+        await self._down.start_response(status, headers, reason, body=body, end=end, trailers=trailers)
+
+    async def send_body(self, data: bytes) -> None:
+        await self._down.send_body(data)
+
+    async def end_response(self, trailers: Iterable[tuple[str, str]] = ()) -> None:
+        await self._down.end_response(trailers)
+
+    async def answer(self, status: int, headers: Iterable[tuple[str, str]], body: bytes) -> None:
+        await self._down.answer(status, headers, body)
+
+    def abort(self) -> None:
+        self._down.abort()
+
+    @property
+    def response_started(self) -> bool:
+        return self._down.response_started
+
+
 class Downstream:
     """The client's end over HTTP/1.1: its tunnel and the h11 server side, read only when h11 needs bytes."""
 

@@ -23,60 +23,26 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from ambit.waypoint.downstream import RequestSide, SideWrapper
 from ambit.waypoint.http1 import BodyData, Event, MessageEnded
-
-if TYPE_CHECKING:
-    from ambit.waypoint.downstream import RequestSide
 
 __all__ = ["ReadAhead", "ReplayingSide", "read_ahead"]
 
 
-class ReplayingSide:
+class ReplayingSide(SideWrapper):
     """A client's side whose first events were read ahead: they come again first (rule 1)."""
 
-    __slots__ = ("_down", "_events")
+    __slots__ = ("_events",)
 
     def __init__(self, down: RequestSide, events: Iterable[Event]) -> None:
-        self._down = down
+        super().__init__(down)
         self._events = deque(events)
 
     async def next_event(self, *, head: bool = False) -> Event:
         if self._events:
             return self._events.popleft()
         return await self._down.next_event(head=head)
-
-    async def continue_if_waited(self) -> None:
-        await self._down.continue_if_waited()
-
-    async def start_response(
-        self,
-        status: int,
-        headers: Iterable[tuple[str, str]],
-        reason: str = "",
-        *,
-        body: bytes = b"",
-        end: bool = False,
-        trailers: Iterable[tuple[str, str]] = (),
-    ) -> None:
-        await self._down.start_response(status, headers, reason, body=body, end=end, trailers=trailers)
-
-    async def send_body(self, data: bytes) -> None:
-        await self._down.send_body(data)
-
-    async def end_response(self, trailers: Iterable[tuple[str, str]] = ()) -> None:
-        await self._down.end_response(trailers)
-
-    async def answer(self, status: int, headers: Iterable[tuple[str, str]], body: bytes) -> None:
-        await self._down.answer(status, headers, body)
-
-    def abort(self) -> None:
-        self._down.abort()
-
-    @property
-    def response_started(self) -> bool:
-        return self._down.response_started
 
 
 @dataclass(frozen=True, slots=True)

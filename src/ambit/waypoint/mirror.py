@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Iterable
 
 from ambit.errors import AmbitError
 from ambit.model.routes import BackendService
@@ -41,7 +40,7 @@ from ambit.waypoint.destinations import (
     in_dialled_family,
     pick_endpoint,
 )
-from ambit.waypoint.downstream import RequestSide
+from ambit.waypoint.downstream import RequestSide, SideWrapper
 from ambit.waypoint.http1 import BodyData, Event, MessageEnded, Signal
 
 log = logging.getLogger("ambit.waypoint.mirror")
@@ -57,16 +56,16 @@ Body = tuple[bytes, tuple[tuple[str, str], ...]]
 """A whole request body and its trailers."""
 
 
-class BodyTee:
+class BodyTee(SideWrapper):
     """The client's side of one request, keeping a copy of the body its forwarding reads (rule 1)."""
 
-    __slots__ = ("_chunks", "_down", "_size", "body")
+    __slots__ = ("_chunks", "_size", "body")
 
     held = 0
     """Bytes kept by every tee of the process (bounded by :data:`MAX_MIRROR_BODIES`)."""
 
     def __init__(self, down: RequestSide) -> None:
-        self._down = down
+        super().__init__(down)
         self._chunks: list[bytes] = []
         self._size = 0
         self.body: asyncio.Future[Body | None] = asyncio.get_running_loop().create_future()
@@ -105,37 +104,6 @@ class BodyTee:
         self._release()
         if not self.body.done():
             self.body.set_result(None)
-
-    async def continue_if_waited(self) -> None:
-        await self._down.continue_if_waited()
-
-    async def start_response(
-        self,
-        status: int,
-        headers: Iterable[tuple[str, str]],
-        reason: str = "",
-        *,
-        body: bytes = b"",
-        end: bool = False,
-        trailers: Iterable[tuple[str, str]] = (),
-    ) -> None:
-        await self._down.start_response(status, headers, reason, body=body, end=end, trailers=trailers)
-
-    async def send_body(self, data: bytes) -> None:
-        await self._down.send_body(data)
-
-    async def end_response(self, trailers: Iterable[tuple[str, str]] = ()) -> None:
-        await self._down.end_response(trailers)
-
-    async def answer(self, status: int, headers: Iterable[tuple[str, str]], body: bytes) -> None:
-        await self._down.answer(status, headers, body)
-
-    def abort(self) -> None:
-        self._down.abort()
-
-    @property
-    def response_started(self) -> bool:
-        return self._down.response_started
 
 
 def start_mirrors(
