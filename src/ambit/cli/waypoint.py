@@ -167,6 +167,17 @@ _DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 
 
+def _check_traffic_type(command: str, traffic_type: str | None) -> None:
+    """istioctl's refusal of a ``--for`` it does not know (exit status 1)."""
+    if traffic_type is not None and traffic_type not in TRAFFIC_TYPES:
+        typer.echo(
+            f"ambit waypoint {command}: invalid traffic type: {traffic_type}. "
+            f"Valid options are: [{' '.join(TRAFFIC_TYPES)}]",
+            err=True,
+        )
+        raise typer.Exit(1)
+
+
 def _check_name(name: str) -> str:
     """The waypoint's name for ``apply``: it names the waypoint's Service too, so a DNS-1035 label."""
     if not name:
@@ -288,13 +299,7 @@ def apply_command(
     group = _group_flags(ctx)
     namespace = namespace or group.namespace
     name = name if name is not None else group.name
-    if traffic_type is not None and traffic_type not in TRAFFIC_TYPES:
-        typer.echo(
-            f"ambit waypoint apply: invalid traffic type: {traffic_type}. "
-            f"Valid options are: [{' '.join(TRAFFIC_TYPES)}]",
-            err=True,
-        )
-        raise typer.Exit(1)
+    _check_traffic_type("apply", traffic_type)
 
     async def work() -> None:
         from ambit.k8s import kinds
@@ -353,13 +358,7 @@ def generate_command(
 ) -> None:
     """Print the waypoint ``apply`` would create, as YAML (istioctl waypoint generate); nothing is changed."""
     group = _group_flags(ctx)
-    if traffic_type is not None and traffic_type not in TRAFFIC_TYPES:
-        typer.echo(
-            f"ambit waypoint generate: invalid traffic type: {traffic_type}. "
-            f"Valid options are: [{' '.join(TRAFFIC_TYPES)}]",
-            err=True,
-        )
-        raise typer.Exit(1)
+    _check_traffic_type("generate", traffic_type)
     try:
         waypoint = _check_name((name if name is not None else group.name) or "")
         ns = _check_namespace(namespace or group.namespace or _current_namespace(kubeconfig))
