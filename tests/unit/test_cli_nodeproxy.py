@@ -303,7 +303,10 @@ def test_the_first_certificate_from_a_ca_loads_no_cryptography(tmp_path: Path) -
     assert done.stdout.strip() == "[]"
 
 
-@pytest.mark.parametrize(("variable", "value"), [("IPV6_ENABLED", "maybe"), ("DRAIN_MAX", "forever")])
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [("IPV6_ENABLED", "maybe"), ("DRAIN_MAX", "forever"), ("ZTUNNEL_WORKER_THREADS", "0")],
+)
 def test_a_bad_environment_setting_is_a_usage_error_before_anything_starts(
     variable: str, value: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -333,3 +336,21 @@ def test_a_native_path_that_cannot_be_had_stops_the_start_with_one_line(
         native.use(None)
     err = capsys.readouterr().err
     assert "AMBIT_NATIVE" in err and "Traceback" not in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("value", ["0", "33", "two", "1_0", "+2", " 2", "\u0661"])
+def test_a_workers_count_that_is_not_one_to_32_is_a_usage_error(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--node", "n", "--workers", value])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "--workers must be" in err and "Traceback" not in err
+
+
+def test_the_workers_count_comes_from_the_flag_then_ztunnels_variable_then_one() -> None:
+    from ambit.inpod.settings import parse_workers
+
+    assert parse_workers(None, {}) == 1
+    assert parse_workers(None, {"ZTUNNEL_WORKER_THREADS": "2"}) == 2
+    assert parse_workers("4", {"ZTUNNEL_WORKER_THREADS": "2"}) == 4
+    assert parse_workers("32", {}) == 32

@@ -473,3 +473,37 @@ def _successor(ready: bool) -> Datagram:
     message.successor_ready.SetInParent()
     message.successor_ready.ready = ready
     return Datagram(message.SerializeToString())
+
+
+def test_a_fan_out_hub_sends_new_pods_to_every_proxy_and_deletes_to_all() -> None:
+    node = _Node()
+    node.hub = AgentHub(fan_out=True)
+    node.connect(1)
+    node.connect(2)
+    routed = node.hub.pod_added(pod("a", 70), 1.0)
+    assert sorted(cid for cid, out in routed if isinstance(out, SendMessage)) == [1, 2]
+    _drive_routed(node.hub, routed, node.proxies)
+    assert set(node.proxies[1].pods) == set(node.proxies[2].pods) == {"a"}
+    node.connect(3)  # a worker started later (or again) gets the pod in its snapshot
+    assert set(node.proxies[3].pods) == {"a"}
+    routed = node.hub.pod_deleted("a", 2.0)
+    _drive_routed(node.hub, routed, node.proxies)
+    assert all(proxy.pods == {} for proxy in node.proxies.values())
+    assert node.hub.pod_added(pod("b", None), 3.0) == []  # no netns yet: nothing to send to anyone
+
+
+def test_a_fan_out_hub_tells_every_proxy_the_successor_answer_it_was_given_not_one_about_its_peers() -> None:
+    node = _Node()
+    node.hub = AgentHub(fan_out=True)
+    node.connect(1)
+    node.connect(2)
+    node.connect(3, notices=False)
+    assert node.settle() == [] and not any(p.successor for p in node.proxies.values())  # peers: no successor
+    node.hub.set_successor(True)
+    assert sorted(node.settle()) == [1, 2]
+    assert node.proxies[1].successor and node.proxies[2].successor and not node.proxies[3].successor
+    node.connect(4)  # a worker (re)started during a hand-over hears it too
+    assert node.proxies[4].successor is True
+    node.hub.set_successor(False)
+    node.settle()
+    assert not any(p.successor for p in node.proxies.values())

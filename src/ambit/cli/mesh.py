@@ -286,6 +286,15 @@ def nodeproxy(
             help="Write READY=1 to this inherited file descriptor once ready (a supervisor's hand-over waits for it).",
         ),
     ] = None,
+    workers: Annotated[
+        str | None,
+        typer.Option(
+            "--workers",
+            metavar="N",
+            help="Processes serving the node's pods, each on a core of its own: this one and N-1 workers "
+            "(else $ZTUNNEL_WORKER_THREADS, else 1; at most 32).",
+        ),
+    ] = None,
 ) -> None:
     """Run a lab node's proxy: in-pod listeners for the pods the node agent hands over (ZDS), and the data path.
 

@@ -101,6 +101,7 @@ def start(
     secret_ttl: str | None = None,
     tls_transport: str = "socket",
     notify_fd: int | None = None,
+    workers: str | None = None,
 ) -> None:
     """Check the flags (:class:`UsageError`, :class:`CommandFailed`) before anything takes effect, then run the
     node proxy until it ends."""
@@ -115,6 +116,7 @@ def start(
         parse_ipv6_enabled,
         parse_pool_limits,
         parse_secret_ttl,
+        parse_workers,
     )
     from ambit.model.identity import IdentityError, check_trust_domain
     from ambit.zds import ZDS_SOCKET
@@ -136,6 +138,7 @@ def start(
         ttl = parse_secret_ttl(secret_ttl, os.environ)
         bounds = parse_connection_bounds(os.environ, _open_files_limit())
         ipv6 = parse_ipv6_enabled(os.environ)
+        processes = parse_workers(workers, os.environ)
     except NodeProxySettingsError as exc:
         raise UsageError(str(exc)) from None
     if notify_fd is not None:
@@ -197,6 +200,7 @@ def start(
         notify_fd=notify_fd,
         own_pod=own_pod,
         own_address=own_address,
+        workers=processes,
     )
     from ambit import native
 

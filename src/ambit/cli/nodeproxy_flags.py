@@ -150,5 +150,12 @@ FLAGS: tuple[Flag, ...] = (
         metavar="FD",
         minimum=3,
     ),
+    Flag(
+        "--workers",
+        "workers",
+        "Processes serving the node's pods, each on a core of its own: this one and N-1 workers "
+        "(else $ZTUNNEL_WORKER_THREADS, else 1; at most 32).",
+        metavar="N",
+    ),
 )
 """Every flag of ``ambit nodeproxy``, in the order ``--help`` lists them."""

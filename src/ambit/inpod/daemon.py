@@ -61,6 +61,7 @@ from ambit.inpod.localstate import LocalConfigWatcher
 from ambit.inpod.resolvers import read_resolv_conf, upstream_of
 from ambit.inpod.self_inbound import SelfInbound
 from ambit.inpod.settings import NodeProxySettings
+from ambit.inpod.workers import FanOutPods, WorkerGroup
 from ambit.inpod.workloads import DnsProxySettings, PodAdmission, PodListenerManager
 from ambit.model.localconfig import policy_to_dict
 from ambit.model.policy import Policy
@@ -77,7 +78,7 @@ from ambit.telemetry.flows import FlowRing
 from ambit.telemetry.metrics import ProxyMetrics
 from ambit.telemetry.readiness import Readiness
 from ambit.xds.client import XdsClient
-from ambit.zds.client import ZdsClient
+from ambit.zds.client import PodHandler, ZdsClient
 
 log = logging.getLogger("ambit.inpod.daemon")
 
@@ -88,6 +89,8 @@ DRAIN_POLL = 0.05
 """Seconds between counts of the connections left while draining."""
 DRAIN_TASK = "draining"
 REAP_INTERVAL = 30.0
+WORKERS_GRACE = 5.0
+"""Seconds past the longest drain bound the node proxy waits for its workers to exit before it kills them."""
 ADMIN_TOKEN_FILE = "admin-token"
 """The admin token's file name in the proxy's run directory (next to the ZDS socket) unless settings say where."""
 
@@ -179,11 +182,18 @@ class NodeProxy:
                 settings.own_address,
                 gate=ListenerGate("self_hbone", bounds.hbone, self.budget, handshake=True),
             )
-            if settings.own_pod is not None and settings.own_address is not None
+            if settings.own_pod is not None and settings.own_address is not None and not settings.worker
             else None
         )
         self.pods.on_change = self._pods_changed
-        self.zds = ZdsClient(settings.zds_socket, self.pods, on_successor=self._successor_changed)
+        self.workers = (
+            WorkerGroup(settings, self.metrics, self.context.clock)
+            if settings.workers > 1 and not settings.worker
+            else None
+        )
+        """The other processes serving these pods (:mod:`ambit.inpod.workers`), or None."""
+        handler: PodHandler = self.pods if self.workers is None else FanOutPods(self.pods, self.workers)
+        self.zds = ZdsClient(settings.zds_socket, handler, on_successor=self._successor_changed)
         self.watcher = (
             LocalConfigWatcher(settings.config_file, self.state, self._state_changed, self._local_policies)
             if settings.config_file
@@ -211,18 +221,22 @@ class NodeProxy:
         self.context.synced = self._state_complete
         self.admin_token = new_admin_token()
         self.admin_token_file = settings.admin_token_file or settings.zds_socket.parent / ADMIN_TOKEN_FILE
-        self.endpoints = ProxyEndpoints(
-            admin_token=self.admin_token,
-            metrics=self.metrics,
-            readiness=self.readiness,
-            config_dump=self.config_dump,
-            quit=lambda: self.request_stop("/quitquitquit"),
-            admin_address=("127.0.0.1", settings.admin_port),
-            stats_address=("0.0.0.0", settings.stats_port),
-            readiness_address=("0.0.0.0", settings.readiness_port),
-            flows=self.flows,
-            reuse_port=True,
-            ipv6=settings.ipv6,
+        self.endpoints = (
+            None
+            if settings.worker
+            else ProxyEndpoints(
+                admin_token=self.admin_token,
+                metrics=self.metrics,
+                readiness=self.readiness,
+                config_dump=self.config_dump,
+                quit=lambda: self.request_stop("/quitquitquit"),
+                admin_address=("127.0.0.1", settings.admin_port),
+                stats_address=("0.0.0.0", settings.stats_port),
+                readiness_address=("0.0.0.0", settings.readiness_port),
+                flows=self.flows,
+                reuse_port=True,
+                ipv6=settings.ipv6,
+            )
         )
         self._tasks: list[asyncio.Task[None]] = []
         self.failure: TaskEndedError | None = None
@@ -299,6 +313,7 @@ class NodeProxy:
                 "xdsSynced": bool(self.xds and self.xds.synced),
                 "tlsTransport": self.settings.tls_transport,
                 "tlsRecords": native.selection().describe() if self.settings.tls_transport == "socket" else "loop",
+                "workers": self.workers.to_dump() if self.workers is not None else [],
             },
             **self.state.to_dump(),
             "policies": [policy_to_dict(policy) for policy in self.context.policies.all()],
@@ -313,11 +328,13 @@ class NodeProxy:
         }
 
     async def start(self) -> None:
-        write_admin_token(self.admin_token_file, self.admin_token)
+        if self.endpoints is not None:
+            write_admin_token(self.admin_token_file, self.admin_token)
         if self.context.revocation is not None:
             self.context.revocation.poll()  # before any listener: the first connections are checked too
             self._tasks.append(watch(asyncio.create_task(self.context.revocation.run(), name="CRL file watcher")))
-        await self.endpoints.start()
+        if self.endpoints is not None:
+            await self.endpoints.start()
         if self.watcher is not None:
             self.watcher.poll()
             self._tasks.append(watch(asyncio.create_task(self.watcher.run(), name="local config watcher")))
@@ -325,6 +342,8 @@ class NodeProxy:
             await self.xds.start()
         else:
             self.readiness.done(STATE_TASK)
+        if self.workers is not None:
+            await self.workers.start()
         await self.zds.start()
         for task in self.zds.tasks:  # without its node agent the proxy takes no pod: essential
             watch(task, on_failure=self._essential_lost)
@@ -336,7 +355,8 @@ class NodeProxy:
                 self.self_inbound = None
         housekeeping = asyncio.create_task(self._housekeeping(), name="node proxy housekeeping")
         self._tasks.append(watch(housekeeping, on_failure=self._essential_lost))
-        log.info("node proxy for %s is running (ZDS %s)", self.settings.node, self.settings.zds_socket)
+        role = "node proxy worker" if self.settings.worker else "node proxy"
+        log.info("%s for %s is running (ZDS %s)", role, self.settings.node, self.settings.zds_socket)
 
     async def _housekeeping(self) -> None:
         since_reap = 0.0
@@ -367,6 +387,8 @@ class NodeProxy:
 
     def _successor_changed(self, ready: bool) -> None:
         """The node agent's word on a successor (ZDS): the drain's bound follows it (:mod:`ambit.inpod.drain`)."""
+        if self.workers is not None:
+            self.workers.successor_changed(ready)
         commands = self.drain.handle(SuccessorChanged(self.context.clock(), ready))
         for command in commands:
             if isinstance(command, ExtendDrain):
@@ -450,10 +472,13 @@ class NodeProxy:
         )
         for failure in self.context.drain.start():
             log.error("drain: a connection failed to hear the drain", exc_info=failure)
+        if self.workers is not None:
+            self.workers.stop()  # each drains its own connections, under the same bounds
         await self.pods.stop_accepting()
         if self.self_inbound is not None:
             await self.self_inbound.stop_accepting()
-        await self.endpoints.aclose()
+        if self.endpoints is not None:
+            await self.endpoints.aclose()
 
     async def aclose(self) -> None:
         self.heap.close()
@@ -464,6 +489,8 @@ class NodeProxy:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)  # an error was logged at once (supervision)
+        if self.workers is not None:  # they drain as we did: wait for them within the longest bound
+            await self.workers.aclose(self.settings.drain_max + WORKERS_GRACE)
         await self.zds.aclose()
         if self.xds is not None:
             await self.xds.aclose()
@@ -474,7 +501,8 @@ class NodeProxy:
         await self.certs.aclose()
         if isinstance(self.ca, IstiodCaClient):
             await self.ca.aclose()
-        await self.endpoints.aclose()
+        if self.endpoints is not None:
+            await self.endpoints.aclose()
         self.context.access_log.flush()  # the last connections' lines
 
 

@@ -126,6 +126,24 @@ def parse_drain_max(flag: str | None, environ: Mapping[str, str], deadline: floa
     return max(seconds, deadline)
 
 
+MAX_WORKERS = 32
+"""More worker processes than this is a mistake (each holds the whole workload state and its certificates)."""
+
+
+def parse_workers(flag: str | None, environ: Mapping[str, str]) -> int:
+    """How many processes serve the node's pods: ``--workers``, else ztunnel's ``ZTUNNEL_WORKER_THREADS`` (its worker
+    threads are our processes), else 1; an integer from 1 to :data:`MAX_WORKERS`."""
+    text, source = _pick(flag, "--workers", environ, "ZTUNNEL_WORKER_THREADS")
+    if text is None:
+        return 1
+    if not text.isascii() or not text.isdigit() or len(text) > 3:  # int() would take "1_0", " 2", "+2"
+        raise NodeProxySettingsError(f"{source} must be a whole number of processes, not {text!r}")
+    value = int(text)
+    if not 1 <= value <= MAX_WORKERS:
+        raise NodeProxySettingsError(f"{source} must be from 1 to {MAX_WORKERS}, not {value}")
+    return value
+
+
 def _within_grace_period(environ: Mapping[str, str]) -> float | None:
     """The pod's grace period less 5 s when above 10 s, else less 1 s, at least 1 s; None without one."""
     grace = environ.get(GRACE_PERIOD_ENV)
@@ -360,6 +378,12 @@ class NodeProxySettings:
     tls_transport: TlsTransportKind = "socket"
     """HBONE's TLS transport, both ways: the event loop's (memory BIOs) or TLS on the socket itself
     (:mod:`ambit.tls.socket_transport`)."""
+    workers: int = 1
+    """Processes serving the node's pods (:mod:`ambit.inpod.workers`): this one and ``workers - 1`` more, each a
+    whole data path on a core of its own (:func:`parse_workers`)."""
+    worker: bool = False
+    """This process is one of a node proxy's workers: its pods come from the node proxy, not the node agent; it
+    opens no admin, stats or readiness endpoint and no self-proxy listener, and reports its metrics upward."""
 
     @property
     def proxy(self) -> ProxySettings:

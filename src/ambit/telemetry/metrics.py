@@ -31,6 +31,12 @@ for an outbound one), the connections refused or closed because the peer's chain
 (``istio_crl_policy_rejections_total``) and those admitted without a chain to re-check later
 (``istio_crl_untracked_connections_total``).
 
+A node proxy with worker processes (:mod:`ambit.inpod.workers`) adds their counts to its own: each worker sends
+:meth:`ProxyMetrics.snapshot`, the node proxy keeps the latest per worker (:meth:`ProxyMetrics.peer_report`, judged
+by :mod:`ambit.telemetry.peer_counts`) and a retired total of workers that ended (:meth:`ProxyMetrics.peer_gone`),
+and every family, histogram and counter it renders is its own plus theirs; the proxy-count gauges and the
+started/stopped counters (one per pod, which every worker serves too) and ``istio_build`` stay its own.
+
 Invariants: every family total only grows, except the two proxy-count gauges; a label value that is empty renders
 as ``unknown``; there is no global registry, so any number of :class:`ProxyMetrics` coexist (one per test).
 """
@@ -42,7 +48,9 @@ import enum
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ambit.telemetry.peer_counts import NO_COUNTS, PeerCounts, parse_peer_counts
 
 if TYPE_CHECKING:  # prometheus_client is imported by the first scrape (see render)
     from prometheus_client import CollectorRegistry
@@ -251,6 +259,28 @@ class ProxyMetrics:
             "Connections a listener refused at accept over its bounds, or closed in their handshake to make room for "
             "newer ones (pending_evicted), by listener and reason",
         )
+        self._summed = (
+            self._opened,
+            self._closed,
+            self._received,
+            self._sent,
+            self._failed,
+            self._dns_requests,
+            self._dns_upstream,
+            self._dns_failures,
+            self._dns_dropped,
+            self._crl_rejections,
+            self._crl_untracked,
+            self._refused_connections,
+        )
+        """The families a worker's counts are added to (:mod:`ambit.telemetry.peer_counts`)."""
+        self._widths = {family.name: len(LABEL_NAMES) for family in self._summed[:5]} | {
+            family.name: len(DNS_LABEL_NAMES) for family in self._summed[5:8]
+        }
+        self._widths |= {self._dns_dropped.name: 1, self._crl_rejections.name: 1, self._crl_untracked.name: 1}
+        self._widths[self._refused_connections.name] = 2
+        self._peers: dict[str, PeerCounts] = {}
+        self._retired = NO_COUNTS
         self._active_proxies = 0
         self._pending_proxies = 0
         self._proxies_started = 0
@@ -361,6 +391,44 @@ class ProxyMetrics:
         with self._lock:
             self._proxies_stopped += 1
 
+    # --- a node proxy's workers --------------------------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """This process's counts as a worker reports them (JSON-ready; :mod:`ambit.telemetry.peer_counts`)."""
+        with self._lock:
+            for conn in self._open:
+                self._flush_locked(conn)
+            families = {f.name: [[list(k), v] for k, v in f.values.items()] for f in self._summed if f.values}
+            durations = [[list(k), list(h.counts), h.total] for k, h in self._dns_duration.items()]
+            scalars = {"on_demand_dns": self._on_demand_dns, "on_demand_dns_misses": self._on_demand_dns_misses}
+        return {"families": families, "durations": durations, "scalars": scalars}
+
+    def peer_report(self, peer: str, report: object) -> None:
+        """Take ``peer``'s latest counts (replacing its previous ones); raise :class:`PeerCountsError` and keep the
+        previous ones if the report is not well formed."""
+        counts = parse_peer_counts(
+            report,
+            self._widths,
+            len(DNS_LABEL_NAMES),
+            len(DNS_DURATION_BUCKETS) + 1,
+            frozenset({"on_demand_dns", "on_demand_dns_misses"}),
+        )
+        with self._lock:
+            self._peers[peer] = counts
+
+    def peer_gone(self, peer: str) -> None:
+        """``peer`` ended: its last counts stay, in the retired total."""
+        with self._lock:
+            counts = self._peers.pop(peer, None)
+            if counts is not None:
+                self._retired = self._retired.plus(counts)
+
+    def _others_locked(self) -> PeerCounts:
+        others = self._retired
+        for counts in self._peers.values():
+            others = others.plus(counts)
+        return others
+
     # --- exposition ------------------------------------------------------------------------------------------
 
     def render(self) -> bytes:
@@ -404,19 +472,37 @@ class ProxyMetrics:
         from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
         with self._lock:
+            others = self._others_locked() if self._peers or self._retired is not NO_COUNTS else None
+
+            def merged(family: _Family) -> dict[LabelValues, int]:
+                own = dict(family.values)
+                for key, value in (others.families.get(family.name, {}) if others is not None else {}).items():
+                    own[key] = own.get(key, 0) + value
+                return own
+
             families = (self._opened, self._closed, self._received, self._sent)
-            traffic = [(f.name, f.help, dict(f.values)) for f in families]
-            failed = dict(self._failed.values)
+            traffic = [(f.name, f.help, merged(f)) for f in families]
+            failed = merged(self._failed)
             active, pending = self._active_proxies, self._pending_proxies
             started, stopped = self._proxies_started, self._proxies_stopped
             on_demand, on_demand_misses = self._on_demand_dns, self._on_demand_dns_misses
+            if others is not None:
+                on_demand += others.scalars.get("on_demand_dns", 0)
+                on_demand_misses += others.scalars.get("on_demand_dns_misses", 0)
             dns_counters = [
-                (f.name, f.help, dict(f.values)) for f in (self._dns_requests, self._dns_upstream, self._dns_failures)
+                (f.name, f.help, merged(f)) for f in (self._dns_requests, self._dns_upstream, self._dns_failures)
             ]
             durations = {key: (list(h.counts), h.total) for key, h in self._dns_duration.items()}
-            dropped = dict(self._dns_dropped.values)
-            crl = [(f.name, f.help, dict(f.values)) for f in (self._crl_rejections, self._crl_untracked)]
-            refused = dict(self._refused_connections.values)
+            for key, (peer_counts, peer_total) in (others.durations if others is not None else {}).items():
+                have = durations.get(key)
+                durations[key] = (
+                    (list(peer_counts), peer_total)
+                    if have is None
+                    else ([a + b for a, b in zip(have[0], peer_counts, strict=True)], have[1] + peer_total)
+                )
+            dropped = merged(self._dns_dropped)
+            crl = [(f.name, f.help, merged(f)) for f in (self._crl_rejections, self._crl_untracked)]
+            refused = merged(self._refused_connections)
         for name, doc, values in traffic:
             yield _counter(name, doc, values.items())
         build = GaugeMetricFamily("istio_build", "Istio component build info", labels=["component", "tag"])

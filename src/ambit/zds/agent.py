@@ -22,6 +22,11 @@ Successors (:meth:`AgentHub.tell_successors`, called after every input): a sessi
 changes from what it was last told (at first: no). So the node proxy being replaced learns that its successor
 holds every pod (and gets every new one), and the successor learns nothing.
 
+A fan-out hub (``fan_out=True``: a node proxy's hub for its own worker processes, :mod:`ambit.inpod.workers`) is
+the same but for two rules: new pods go to every open session (each worker serves every pod), and the successor
+answer is the one the hub was last given (:meth:`AgentHub.set_successor`: the node proxy's own, from its agent)
+rather than one about later sessions (workers are peers, none succeeds another).
+
 Transitions are the table below, keyed by (state, input); a pair missing from the table is a protocol error.
 """
 
@@ -224,9 +229,12 @@ class AgentSession:
 class AgentHub:
     """The agent's pod cache and its routing over connected sessions, keyed by connection id (any hashable int)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, fan_out: bool = False) -> None:
         self._pods: dict[str, PodEntry] = {}
         self._sessions: dict[int, AgentSession] = {}  # insertion order = connection order
+        self.fan_out = fan_out
+        self._successor = False
+        """A fan-out hub's successor answer (:meth:`set_successor`)."""
 
     def find_session(self, conn_id: int) -> AgentSession | None:
         return self._sessions.get(conn_id)
@@ -245,6 +253,10 @@ class AgentHub:
     def pod_added(self, pod: PodEntry, now: float) -> list[tuple[int, Output]]:
         """Cache the pod; if its netns is known, send it to the newest open session only."""
         self._pods[pod.uid] = pod
+        if self.fan_out:
+            if pod.netns_fd is None:
+                return []
+            return [(cid, out) for cid, s in self._sessions.items() for out in s.submit_add(pod, now)]
         newest = next((cid for cid, s in reversed(self._sessions.items()) if not s.closed), None)
         if newest is None or pod.netns_fd is None:
             return []
@@ -262,11 +274,19 @@ class AgentHub:
         """Each open session that asked for notices, told whether a session connected after it is live (see the
         hub's rules); nothing when nothing changed, so the caller may call it after every input."""
         out: list[tuple[int, Output]] = []
+        if self.fan_out:
+            for cid, session in self._sessions.items():
+                out += [(cid, each) for each in session.submit_successor(self._successor, now)]
+            return out
         later_live = False
         for cid, session in reversed(self._sessions.items()):
             out += [(cid, each) for each in session.submit_successor(later_live, now)]
             later_live = later_live or session.state is AgentState.LIVE
         return out
+
+    def set_successor(self, ready: bool) -> None:
+        """A fan-out hub's successor answer from now on (the caller then calls :meth:`tell_successors`)."""
+        self._successor = ready
 
     @property
     def deadline(self) -> float | None:

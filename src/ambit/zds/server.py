@@ -71,12 +71,17 @@ def workload_info_from(workload: dict[str, Any]) -> WorkloadInfo:
 class ZdsServer:
     """The agent's end of ZDS: accepts node proxies and implements ``NodeProxyLink``."""
 
-    def __init__(self, socket_path: str | os.PathLike[str], *, add_timeout: float = ADD_TIMEOUT) -> None:
+    def __init__(
+        self, socket_path: str | os.PathLike[str], *, add_timeout: float = ADD_TIMEOUT, fan_out: bool = False
+    ) -> None:
         self.socket_path = Path(socket_path)
         self.add_timeout = add_timeout
+        self.fan_out = fan_out
+        """A node proxy's server for its workers (the hub's fan-out rules): ``add`` goes to every connected
+        proxy and returns without waiting for acks (a nack is logged)."""
         self.pods: dict[str, tuple[str, dict[str, Any]]] = {}
         """Every pod added and not deleted: uid -> (netns path, workload info)."""
-        self._hub = AgentHub()
+        self._hub = AgentHub(fan_out=fan_out)
         self._fds: dict[str, int] = {}
         self._retired: list[int] = []
         self._conns: dict[int, _Connection] = {}
@@ -125,7 +130,8 @@ class ZdsServer:
         self._retired.clear()
 
     async def add(self, pod_uid: str, netns_path: str, workload: dict[str, Any]) -> None:
-        """Send the pod to the newest node proxy and wait for its Ack; raise :class:`ZdsLinkError` otherwise.
+        """Send the pod to the newest node proxy and wait for its Ack; raise :class:`ZdsLinkError` otherwise (a
+        fan-out server: send it to every node proxy connected, and return).
 
         Before :meth:`start`, record the pod for the snapshot and return.
         """
@@ -136,6 +142,10 @@ class ZdsServer:
             self._retired.append(old)
         self._fds[pod_uid] = fd
         self.pods[pod_uid] = (netns_path, dict(workload))
+        if self.fan_out:
+            async with self._lock:
+                await self._perform(self._hub.pod_added(PodEntry(pod_uid, info, fd), self._now()))
+            return
         newest = next((cid for cid in reversed(self._conns) if self._open(cid)), None)
         waiter: asyncio.Future[None] | None = None
         if newest is not None:
@@ -164,6 +174,12 @@ class ZdsServer:
         if fd is not None:
             self._retired.append(fd)  # a session may still hold it in a snapshot queue: see the invariants
         self._close_retired()
+
+    async def set_successor(self, ready: bool) -> None:
+        """A fan-out server's word to its proxies that asked for notices: a successor holds every pod (or not)."""
+        async with self._lock:
+            self._hub.set_successor(ready)
+            await self._perform(self._hub.tell_successors(self._now()))
 
     def _open(self, cid: int) -> bool:
         session = self._hub.find_session(cid)
@@ -241,8 +257,8 @@ class ZdsServer:
         match event:
             case RequestAcked(kind="add", uid=uid):
                 _settle(waiters.pop(uid, None), None)
-            case RequestNacked(kind="add", uid=uid, error=error):
-                _settle(waiters.pop(uid, None), ZdsLinkError(f"node proxy refused pod {uid}: {error}"))
+            case RequestNacked(kind="add", uid=uid, error=error) if uid in waiters:
+                _settle(waiters.pop(uid), ZdsLinkError(f"node proxy refused pod {uid}: {error}"))
             case RequestNacked(kind=kind, uid=uid, error=error):
                 log.warning("connection %d: node proxy nacked %s %s: %s", cid, kind, uid, error)
             case TimedOut(waiting_for=what):

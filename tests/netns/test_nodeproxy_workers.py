@@ -1,0 +1,150 @@
+"""A node proxy with worker processes (``--workers``, :mod:`ambit.inpod.workers`): every process serves the pod,
+the kernel spreads new connections over them, the node proxy's metrics count them all, a worker that dies is
+started again, and none outlives its node proxy (real processes in real namespaces, :mod:`tests.netns.
+nodeproxy_rig`)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from tests.netns.nodeproxy_rig import DrainRig, add_pod, drain_rig, echo, sh
+
+pytestmark = [pytest.mark.root, pytest.mark.timeout(240)]
+
+UNTIL = 30.0
+CONNECTIONS = 24
+
+
+async def until(what: str, condition: Callable[[], bool], within: float = UNTIL) -> None:
+    """Poll (other processes' state, no event to wait on) for up to ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {within:g} s: {what}"
+        await asyncio.sleep(0.05)
+
+
+def children(pid: int) -> set[int]:
+    try:
+        return {int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()}
+    except OSError:
+        return set()
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def hbone_listeners(ns: str) -> set[int]:
+    """The pids of the processes listening on the pod's 15008."""
+    text = sh("ip", "netns", "exec", ns, "ss", "-Hltnp", "sport", "= :15008")
+    return {int(pid) for pid in re.findall(r"pid=(\d+)", text)}
+
+
+def established_owners(ns: str) -> dict[int, int]:
+    """pid -> established connections it holds on the pod's 15008."""
+    text = sh("ip", "netns", "exec", ns, "ss", "-Htnp", "state", "established", "sport", "= :15008")
+    owners: dict[int, int] = {}
+    for pid in re.findall(r"pid=(\d+)", text):
+        owners[int(pid)] = owners.get(int(pid), 0) + 1
+    return owners
+
+
+def scrape(rig: DrainRig, name: str) -> float:
+    text = sh("ip", "netns", "exec", rig.node, "curl", "-s", "--max-time", "5", "http://127.0.0.1:15020/metrics")
+    return sum(
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{") or line == name
+    )
+
+
+async def test_every_worker_serves_the_pod_and_the_node_proxy_counts_all_their_connections(tmp_path: Path) -> None:
+    async with drain_rig(tmp_path) as (rig, agent):
+        proxy = rig.start_proxy("--drain-deadline", "20", "--workers", "3")
+        await add_pod(agent, rig)
+        await proxy.ready()
+        await until("two workers started", lambda: len(children(proxy.proc.pid)) == 2)
+        workers = children(proxy.proc.pid)
+        await until("three processes listen in the pod", lambda: hbone_listeners(rig.pod) == {proxy.proc.pid, *workers})
+
+        clients, streams = [], []
+        for n in range(CONNECTIONS):  # each its own TCP connection: the kernel picks a listener by its 4-tuple
+            client = await rig.hbone_client()
+            stream = await rig.tunnel(client)
+            await echo(stream, f"connection {n}".encode())
+            clients.append(client)
+            streams.append(stream)
+        owners = established_owners(rig.pod)
+        assert sum(owners.values()) == CONNECTIONS and set(owners) <= {proxy.proc.pid, *workers}
+        assert len(owners) >= 2, f"every connection went to one process: {owners}"
+
+        # The node proxy's /metrics counts its workers' connections too (their reports come every 0.5 s).
+        opened = "istio_tcp_connections_opened_total"
+        await until("every connection counted", lambda: scrape(rig, opened) >= CONNECTIONS, within=10)
+        dump = sh("ip", "netns", "exec", rig.node, "curl", "-s", "http://127.0.0.1:15000/config_dump")
+        assert all(f'"pid": {pid}' in dump or f'"pid":{pid}' in dump for pid in workers), dump[:2000]
+
+        for stream in streams:
+            stream.write_eof()
+            await stream.aclose()
+        for client in clients:
+            await client.aclose()
+        await until(
+            "every connection closed and counted",
+            lambda: scrape(rig, "istio_tcp_connections_closed_total") >= CONNECTIONS,
+            within=10,
+        )
+
+        proxy.stop(signal.SIGTERM)  # the drain: the workers drain too, and everyone exits
+        assert await proxy.exited(30) == 0
+        await until("the workers exited", lambda: not any(alive(pid) for pid in workers), within=5)
+        assert not hbone_listeners(rig.pod)
+        log = proxy.log.read_text()
+        assert "Traceback" not in log, log[-3000:]
+        assert "node proxy worker for node-1 is running" in log
+
+
+async def test_a_worker_that_dies_is_started_again_and_serves_the_pod(tmp_path: Path) -> None:
+    async with drain_rig(tmp_path) as (rig, agent):
+        proxy = rig.start_proxy("--drain-deadline", "20", "--workers", "2")
+        await add_pod(agent, rig)
+        await proxy.ready()
+        await until("the worker started", lambda: len(children(proxy.proc.pid)) == 1)
+        (first,) = children(proxy.proc.pid)
+        await until("the worker listens", lambda: first in hbone_listeners(rig.pod))
+        os.kill(first, signal.SIGKILL)
+        await until("a new worker started", lambda: bool(children(proxy.proc.pid) - {first}), within=15)
+        (second,) = children(proxy.proc.pid) - {first}
+        await until("the new worker listens", lambda: second in hbone_listeners(rig.pod))
+        for n in range(8):
+            client = await rig.hbone_client()
+            await echo(await rig.tunnel(client), f"after the restart {n}".encode())
+            await client.aclose()
+        assert proxy.proc.poll() is None
+        assert "node proxy worker 1 ended; starting it again" in proxy.log.read_text()
+        proxy.stop(signal.SIGTERM)
+        assert await proxy.exited(30) == 0
+
+
+async def test_no_worker_outlives_a_killed_node_proxy(tmp_path: Path) -> None:
+    async with drain_rig(tmp_path) as (rig, agent):
+        proxy = rig.start_proxy("--drain-deadline", "5", "--workers", "2")
+        await add_pod(agent, rig)
+        await proxy.ready()
+        await until("the worker started", lambda: len(children(proxy.proc.pid)) == 1)
+        (worker,) = children(proxy.proc.pid)
+        await until("the worker listens", lambda: worker in hbone_listeners(rig.pod))
+        proxy.stop(signal.SIGKILL)
+        await proxy.exited(10)
+        # Orphaned, it sees its control socket end and drains (no connections: at once).
+        await until("the orphaned worker exited", lambda: not alive(worker), within=15)
+        assert not hbone_listeners(rig.pod)
