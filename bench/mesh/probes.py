@@ -113,6 +113,23 @@ def peak_rss_bytes(pids: Iterable[int]) -> int:
     return total
 
 
+def with_descendants(pids: Iterable[int]) -> list[int]:
+    """``pids`` and every process below them (a node proxy's workers, ``--workers``), as they are now."""
+    found: list[int] = []
+    todo = list(pids)
+    while todo:
+        pid = todo.pop()
+        if pid in found:
+            continue
+        found.append(pid)
+        for task in Path(f"/proc/{pid}/task").glob("*/children"):
+            try:
+                todo += [int(child) for child in task.read_text().split()]
+            except OSError:
+                continue
+    return sorted(found)
+
+
 def find_pids(*needles: str) -> list[int]:
     """Processes whose command line holds every one of ``needles``."""
     wanted = [n.encode() for n in needles]

@@ -41,7 +41,7 @@ from typing import Any
 
 from ambit.errors import AmbitError
 from bench.mesh import chart, scenarios
-from bench.mesh.probes import ProbeError, find_pids, peak_rss_bytes, rss_bytes
+from bench.mesh.probes import ProbeError, find_pids, peak_rss_bytes, rss_bytes, with_descendants
 from bench.mesh.profile import AMBIT, DIRECT, HAPROXY, MODES, PASSTHROUGH, PROFILES, PROXY_MODES, STUNNEL, Profile
 from bench.mesh.results import Row, Sample, aggregate, json_lines, markdown
 from bench.mesh.scenarios import Route
@@ -229,7 +229,7 @@ class TunnelPairs:
 
 def routes(lab: BenchLab, tunnels: dict[str, tuple[int, ...]], server_suffix: str = "") -> dict[str, Route]:
     """Every mode's route, with the node proxies' current pids and the tunnel pairs' ``tunnels`` (kind → pids)."""
-    proxies = tuple(lab.node_proxy_pids())
+    proxies = tuple(with_descendants(lab.node_proxy_pids()))  # with their workers, if any
     plain, amb = f"plain-srv{server_suffix}", f"amb-srv{server_suffix}"
 
     def tunnel(kind: TunnelKind) -> Route:
@@ -265,7 +265,7 @@ def pin_nodes(lab: BenchLab, tunnels: TunnelPairs, *, on: bool = True) -> None:
     if len(every) < 2:  # one vCPU: nothing to separate
         return
     proxies = lab.node_proxy_pids_by_node()
-    node: dict[int, list[int]] = {n: list(proxies.get(lab.topology.node(n).name, [])) for n in (1, 2)}
+    node = {n: with_descendants(proxies.get(lab.topology.node(n).name, [])) for n in (1, 2)}
     for server, client in tunnels.running.values():
         node[1].append(client.pid)
         node[2].append(server.pid)

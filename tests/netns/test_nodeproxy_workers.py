@@ -148,3 +148,47 @@ async def test_no_worker_outlives_a_killed_node_proxy(tmp_path: Path) -> None:
         # Orphaned, it sees its control socket end and drains (no connections: at once).
         await until("the orphaned worker exited", lambda: not alive(worker), within=15)
         assert not hbone_listeners(rig.pod)
+
+
+async def test_a_hand_over_from_a_node_proxy_with_workers_keeps_every_tunnel_past_the_short_bound(
+    tmp_path: Path,
+) -> None:
+    """The node agent's word that a successor holds every pod reaches the workers: they drain under drain-max as
+    the node proxy does, so no tunnel they relay is cut at the short bound; new connections go to the successor."""
+    async with drain_rig(tmp_path) as (rig, agent):
+        old = rig.start_proxy("--drain-deadline", "1", "--drain-max", "60", "--workers", "2")
+        await add_pod(agent, rig)
+        await old.ready()
+        await until("the worker started", lambda: len(children(old.proc.pid)) == 1)
+        (worker,) = children(old.proc.pid)
+        await until("the worker listens", lambda: worker in hbone_listeners(rig.pod))
+        clients, streams = [], []
+        for n in range(CONNECTIONS):
+            client = await rig.hbone_client()
+            stream = await rig.tunnel(client)
+            await echo(stream, f"before the hand-over {n}".encode())
+            clients.append(client)
+            streams.append(stream)
+        assert established_owners(rig.pod).keys() == {old.proc.pid, worker}, "the test needs both processes busy"
+
+        new = rig.start_proxy("--drain-deadline", "5")
+        await new.ready()
+        old.stop(signal.SIGTERM)
+        await until("the old processes stopped listening", lambda: hbone_listeners(rig.pod) == {new.proc.pid})
+        await asyncio.sleep(3)  # past the 1 s bound without a successor
+        for n, stream in enumerate(streams):
+            await echo(stream, f"after the hand-over {n}".encode())
+        client = await rig.hbone_client()
+        await echo(await rig.tunnel(client), b"a new connection, to the successor")
+        await client.aclose()
+        assert old.proc.poll() is None and alive(worker)
+
+        for stream in streams:
+            stream.write_eof()
+            await stream.aclose()
+        for client in clients:
+            await client.aclose()
+        assert await old.exited(20) == 0
+        await until("the old worker exited", lambda: not alive(worker), within=5)
+        log = old.log.read_text()
+        assert "Traceback" not in log, log[-3000:]
