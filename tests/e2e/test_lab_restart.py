@@ -7,7 +7,9 @@ operator restarts it on a cluster, ``kubectl rollout restart`` semantics through
    streams up before the restart carry data through it and end on their own, intact; no new connection started
    during the restart is refused, reset or timed out; nothing crosses a node link in clear; the command returns 0
    once the old pods are gone.
-2. ``ambit lab restart controlplane`` rolls istiod's Deployment; ``--node`` is refused with the reason (a DaemonSet
+2. With ``ZTUNNEL_WORKER_THREADS=2`` on the DaemonSet, every node proxy runs a worker process beside it, and the same
+   restart under the same load hands over from proxies with workers to proxies with workers as cleanly.
+3. ``ambit lab restart controlplane`` rolls istiod's Deployment; ``--node`` is refused with the reason (a DaemonSet
    rolls every node), and so is an unknown component.
 """
 
@@ -27,6 +29,7 @@ from tests.faults.scene import (
     check_row,
     failures,
     kept_streams,
+    roll_env,
     rollout_under_load,
     set_up,
     stream_bytes,
@@ -94,6 +97,41 @@ def test_ambit_lab_restart_nodeproxy_rolls_every_node_while_streams_live_through
     # New connections during the restart: none refused, reset or timed out, from every pair.
     assert failures(records, began, run.window_end, EVERY_PAIR) == []
     assert row.failed == 0 and {r["target"] for r in tried} == set(EVERY_PAIR), row
+
+
+def _workers(pid: int) -> list[int]:
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [int(c) for c in children if b"nodeproxy_worker" in Path(f"/proc/{c}/cmdline").read_bytes()]
+
+
+def test_node_proxies_with_a_worker_process_each_hand_over_under_load_without_refusing_a_connection(
+    scene: Scene, tmp_path: Path
+) -> None:
+    lab = scene.lab
+    rolled = roll_env(lab, "ZTUNNEL_WORKER_THREADS=2")
+    try:
+        for node in (n.name for n in lab.topology.all_nodes()):
+            pid = lab.component_pid("nodeproxy", node)
+            assert pid is not None
+            wait_until(f"{node}'s node proxy worker", lambda pid=pid: len(_workers(pid)) == 1, 30)
+        run = rollout_under_load(scene, tmp_path, via="ambit")
+        trial, records, began = run.trial, run.trial.records, run.rollout.began
+        row = fault_row("restart with workers", records, began, run.window_end, trial.plaintext)
+        print(f"\nnode proxies with workers: {row}")
+        check_row(trial, row)
+        assert row.established == 4 and row.kept == 4, row
+        assert failures(records, began, run.window_end, EVERY_PAIR) == []
+        for node in (n.name for n in lab.topology.all_nodes()):
+            pid = lab.component_pid("nodeproxy", node)
+            assert pid is not None and len(_workers(pid)) == 1, (node, pid)
+            opened = [
+                line
+                for line in lab.node_proxy_metrics(node).splitlines()
+                if line.startswith("istio_tcp_connections_opened_total{")
+            ]
+            assert opened, node
+    finally:
+        roll_env(lab, "ZTUNNEL_WORKER_THREADS-", after=rolled)
 
 
 def test_ambit_lab_restart_controlplane_rolls_istiod_and_per_node_or_unknown_restarts_are_refused(lab: Lab) -> None:
