@@ -13,9 +13,9 @@ Rules:
    An integer is taken modulo 2**64 first, so a negative ``int32`` or ``int64`` value becomes its 64-bit two's
    complement (ten bytes), as protobuf writes it, and any value gives at most ten bytes.
 2. proto3 leaves a singular scalar at its default off the wire: :func:`varint_field` writes nothing for 0 and
-   :func:`bytes_field` nothing for empty bytes (a message field whose body is empty is written the same way: an
-   empty message and an absent one read alike for our schemas). An element of a repeated field, or a message
-   that must be present even when empty, is written with :func:`length_delimited`, which always writes.
+   :func:`bytes_field` nothing for empty bytes (also usable for a message field whose reader takes an empty
+   message and an absent one alike). An element of a repeated field, or a message that must be present even when
+   empty, is written with :func:`length_delimited`, which always writes.
 3. Decoding is not here: each reader bounds and blames in its own terms (:mod:`ambit.waypoint.ext_authz_wire`,
    :mod:`ambit.apiserver.protobuf`).
 """
