@@ -350,6 +350,22 @@ def test_a_workload_entry_gets_its_uid_and_is_selected_by_a_service_entry() -> N
     assert workload.services == {"ns/a.example": (PortMapping(80, 18080),)}
 
 
+def test_a_dns_service_entry_endpoint_with_a_zone_id_is_neither_an_address_nor_a_host_name() -> None:
+    se = service_entry(
+        hosts=["a.example"],
+        ports=[{"number": 80, "name": "http"}],
+        resolution="DNS",
+        endpoints=[{"address": "fe80::1%eth0"}, {"address": "198.18.9.9"}],
+    )
+    translation = translate_all_objects([se])
+    assert [w.uid.rsplit("/", 1)[1] for w in translation.config.workloads] == ["198.18.9.9"]
+    (skip,) = translation.skipped
+    assert (skip.field, skip.reason) == (
+        "spec.endpoints[0].address",
+        "'fe80::1%eth0' is neither an IP address nor a host name; the endpoint is left out",
+    )
+
+
 def test_a_service_entry_host_cannot_take_a_kubernetes_services_key() -> None:
     svc = service("web", clusterIPs=["198.19.0.1"], ports=[{"port": 80}])
     se = service_entry(hosts=["web.ns.svc.cluster.local"], addresses=["198.19.0.2"], ports=[{"number": 80}])

@@ -1,4 +1,4 @@
-"""The replay buffer of a forwarded request (ambit.waypoint.forwarding.ReplayBuffer): a client's body is kept for
+"""The replay buffer of a forwarded request (ambit.waypoint.forwarded_request.ReplayBuffer): a client's body is kept for
 a retry while it fits the replay bound, and never more than that is held."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ambit.waypoint.forwarding import ReplayBuffer
+from ambit.waypoint.forwarded_request import ReplayBuffer
 from ambit.waypoint.retries import REPLAY_LIMIT
 
 

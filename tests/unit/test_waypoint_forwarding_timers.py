@@ -18,7 +18,8 @@ from ambit.model.workload import Workload
 from ambit.waypoint.decisions import RequestHead
 from ambit.waypoint.destinations import Endpoint
 from ambit.waypoint.downstream import Outcome
-from ambit.waypoint.forwarding import Plan, forward
+from ambit.waypoint.forwarded_request import Plan
+from ambit.waypoint.forwarding import forward
 from ambit.waypoint.http1 import BodyData, Event, MessageEnded, RequestStarted, ResponseStarted
 from ambit.waypoint.upstream import UpstreamExchange
 

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ambit.waypoint.decisions import RequestHead
-from ambit.waypoint.forwarding import _retry_status
+from ambit.waypoint.forwarded_response import retry_status
 from ambit.waypoint.http1 import ResponseStarted
 from ambit.waypoint.http2_proxy import _percent_encoded, grpc_status_of
 from ambit.waypoint.http2_upstream import request_fields
@@ -26,11 +26,11 @@ def test_unavailable_and_cancelled_in_a_response_head_are_judged_as_503() -> Non
             status, (("content-type", "application/grpc"),) + ((("grpc-status", grpc),) if grpc else ())
         )
 
-    assert _retry_status(head(200, "14")) == 503
-    assert _retry_status(head(200, "1")) == 503
-    assert _retry_status(head(200, "5")) == 200
-    assert _retry_status(head(200, None)) == 200
-    assert _retry_status(head(503, None)) == 503
+    assert retry_status(head(200, "14")) == 503
+    assert retry_status(head(200, "1")) == 503
+    assert retry_status(head(200, "5")) == 200
+    assert retry_status(head(200, None)) == 200
+    assert retry_status(head(503, None)) == 503
 
 
 def test_te_trailers_is_the_one_hop_by_hop_field_an_http2_request_keeps() -> None:

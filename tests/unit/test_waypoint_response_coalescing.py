@@ -1,4 +1,4 @@
-"""A forwarded response's pieces that are already here leave with its head (ambit.waypoint.forwarding rule 11):
+"""A forwarded response's pieces that are already here leave with its head (ambit.waypoint.forwarded_response rule 5):
 one ``start_response`` carries the first body piece and the end when they came with the head; nothing is held
 back waiting for more; an error met while taking them is acted on where the next read would have met it. And the
 HTTP/1.1 client side writes, in one write, the bytes the piece-by-piece calls write."""
@@ -19,7 +19,8 @@ from ambit.waypoint.decisions import RequestHead
 from ambit.waypoint.destinations import Endpoint
 from ambit.waypoint.downstream import Downstream, Outcome
 from ambit.waypoint.errors import HttpProtocolError
-from ambit.waypoint.forwarding import Plan, forward
+from ambit.waypoint.forwarded_request import Plan
+from ambit.waypoint.forwarding import forward
 from ambit.waypoint.http1 import BodyData, Event, MessageEnded, RequestStarted, ResponseStarted, ServerSide
 from ambit.waypoint.upstream import UpstreamExchange
 

@@ -49,6 +49,7 @@ from ambit.apiserver.service_families import (
     plan_families,
 )
 from ambit.apiserver.store import Store
+from ambit.model.dnsname import is_ip
 
 SERVICES = ("", "services")
 _ALLOCATION_SCAN = 1 << 20
@@ -74,7 +75,7 @@ def held_addresses(obj: Mapping[str, Any]) -> list[str]:
     ips = spec.get("clusterIPs") or [spec.get("clusterIP")]
     if not isinstance(ips, list):
         return []
-    return [str(ipaddress.ip_address(ip)) for ip in ips if isinstance(ip, str) and ip != HEADLESS and _is_ip(ip)]
+    return [str(ipaddress.ip_address(ip)) for ip in ips if isinstance(ip, str) and ip != HEADLESS and is_ip(ip)]
 
 
 class ClusterIpIndex:
@@ -246,14 +247,6 @@ class ServiceIpAllocator:
                 span.cursor = offset + 1 if offset < span.last else span.first
                 return text
         raise errors.ApiError(500, "InternalError", f"the service IP range {span.network} is full")
-
-
-def _is_ip(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
 
 
 def _name(obj: JsonObject) -> str:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import ipaddress
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -50,6 +49,7 @@ from ambit.apiserver.names import (
 )
 from ambit.apiserver.placement_validation import validate_affinity, validate_tolerations
 from ambit.apiserver.shapes import as_object, is_int, object_items
+from ambit.model.dnsname import is_ip
 from ambit.model.labels import selector_from_spec
 
 SpecRule = Callable[[Mapping[str, Any]], list[Cause]]
@@ -334,7 +334,7 @@ def validate_service(obj: Mapping[str, Any]) -> list[Cause]:
     if kind not in SERVICE_TYPES:
         causes.append(unsupported("spec.type", kind, SERVICE_TYPES))
     cluster_ip = spec.get("clusterIP")
-    if cluster_ip not in (None, "", "None") and not _is_ip(cluster_ip):
+    if cluster_ip not in (None, "", "None") and not is_ip(cluster_ip):
         causes.append(invalid("spec.clusterIP", cluster_ip, "must be empty, 'None', or a valid IP address"))
     if kind == "ExternalName":
         external = spec.get("externalName")
@@ -387,22 +387,12 @@ def validate_service(obj: Mapping[str, Any]) -> list[Cause]:
             causes.append(invalid("spec.externalIPs", external_ips, "must be a list of IP addresses"))
         else:
             for i, ip in enumerate(external_ips):
-                if not _is_ip(ip):
+                if not is_ip(ip):
                     causes.append(invalid(at("spec.externalIPs", i), ip, "must be a valid IP address"))
     affinity = spec.get("sessionAffinity")
     if affinity not in (None, "None", "ClientIP"):
         causes.append(unsupported("spec.sessionAffinity", affinity, ("ClientIP", "None")))
     return causes
-
-
-def _is_ip(value: Any) -> bool:
-    if not isinstance(value, str):
-        return False
-    try:
-        ipaddress.ip_address(value)
-    except ValueError:
-        return False
-    return True
 
 
 # ---- config maps and secrets -----------------------------------------------------------------------------

@@ -31,13 +31,13 @@ import typer
 
 from ambit.cli.app import app
 from ambit.lab.network.topology import DEFAULT_DIR, Topology
+from ambit.model.dnsname import is_ip
 from ambit.observe.admin_client import ADMIN_PORT, DEFAULT_TIMEOUT, fetch_config_dump
 from ambit.observe.proxyconfig import (
     Filters,
     ProxyConfigError,
     Section,
     build_table,
-    is_ip,
     read_config_dump,
     render_structured,
     render_text,

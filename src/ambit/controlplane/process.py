@@ -96,6 +96,7 @@ from ambit.controlplane.view import ClusterView, ClusterViewSettings
 from ambit.controlplane.webhook.serving import WebhookManager
 from ambit.heap import ChurningHeap
 from ambit.k8s import EventRecorder, EventRecorderSettings, KubeClient, KubeClientSettings, kinds
+from ambit.model.dnsname import is_ip
 from ambit.model.localconfig import LocalConfig
 from ambit.model.routes import WaypointConfig
 from ambit.tls.certs import issue_server_cert
@@ -200,16 +201,6 @@ class ControlPlaneSettings:
     debug_accounts: frozenset[str] = DEBUG_ACCOUNTS
     """``namespace/service account`` pairs that may read the sync status without an RBAC rule
     (:mod:`ambit.controlplane.debug_access`); any other caller needs ``get`` on ``/debug/syncz``."""
-
-
-def _is_ip(text: str) -> bool:
-    import ipaddress
-
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
 
 
 class ControlPlane:
@@ -521,8 +512,8 @@ class ControlPlane:
         serving = issue_server_cert(
             root.signer,
             common_name="istiod.istio-system.svc",
-            dns_names=[n for n in names if not _is_ip(n)],
-            ip_addresses=[n for n in names if _is_ip(n)],
+            dns_names=[n for n in names if not is_ip(n)],
+            ip_addresses=[n for n in names if is_ip(n)],
             now=time.time(),
         )
         return serving.cert_pem + (

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import datetime
 import enum
-import ipaddress
 import json
 import math
 import re
@@ -467,12 +466,3 @@ def render_structured(value: Any, output: str) -> str:
     if output == "yaml":
         return yaml.safe_dump(value, sort_keys=False, allow_unicode=False)
     raise ValueError(f"unknown structured output {output!r}")
-
-
-def is_ip(text: str) -> bool:
-    """Whether ``text`` is an IP address (for checking ``--address`` before any fetch)."""
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True

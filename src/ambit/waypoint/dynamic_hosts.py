@@ -38,9 +38,8 @@ Rules:
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 
-from ambit.model.dnsname import MAX_NAME, check_dns_name
+from ambit.model.dnsname import MAX_NAME, check_dns_name, is_ip
 from ambit.model.workload import AppProtocol, Service, Workload
 from ambit.waypoint.destinations import UNRESOLVED, Endpoint, Refusal, Transport
 
@@ -91,7 +90,7 @@ def judge_name(name: str, pattern: str) -> str | Refusal:
     text = text[:-1] if text.endswith(".") else text
     if not text:
         return Refusal(404, "empty host")
-    if _is_ip_literal(text):
+    if is_ip(text) or all(label.isdigit() for label in text.split(".")):  # rule 3: digit labels read as one
         return Refusal(404, f"host {_shown(text)} is an IP literal")
     problem = check_dns_name(text)
     if problem:
@@ -152,14 +151,6 @@ def plan_server_name(service: Service, port: int, server_name: str | None, trans
     if isinstance(judged, Refusal):
         return judged
     return dynamic_endpoint(service, judged, port, transport)
-
-
-def _is_ip_literal(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return all(label.isdigit() for label in text.split("."))
-    return True
 
 
 def _shown(text: str) -> str:

@@ -112,7 +112,8 @@ from ambit.waypoint.envoy_patches import edit_request
 from ambit.waypoint.ext_authz import CheckDenied, apply_allowed
 from ambit.waypoint.ext_authz_client import fetch_custom_verdict
 from ambit.waypoint.forwarded_for import edge_headers
-from ambit.waypoint.forwarding import Plan, forward
+from ambit.waypoint.forwarded_request import Plan
+from ambit.waypoint.forwarding import forward
 from ambit.waypoint.grpc_timeout import grpc_timeouts, is_grpc
 from ambit.waypoint.http1 import BodyData, MessageEnded, RequestStarted, Signal
 from ambit.waypoint.http1_upstream import http1_connector

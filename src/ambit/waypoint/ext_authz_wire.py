@@ -32,7 +32,7 @@ Rules:
    is not UTF-8 raises :class:`ExtAuthzWireError`; unknown fields are skipped unparsed, so nesting is bounded by
    this schema. Repeated headers are bounded by :data:`MAX_HEADERS` (more is an error).
 2. Encoding writes fields in number order and leaves out zero values (proto3; an element of a repeated field is
-   always written), so equal inputs give equal bytes.
+   always written: :mod:`ambit.protowire` rule 2), so equal inputs give equal bytes.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ambit.errors import AmbitError
+from ambit.protowire import FIXED32, FIXED64, LENGTH, VARINT, bytes_field, length_delimited, varint_field
 
 __all__ = [
     "MAX_HEADERS",
@@ -54,7 +55,6 @@ __all__ = [
 ]
 
 MAX_HEADERS = 1_000
-VARINT, LENGTH = 0, 2
 _I64 = 1 << 64
 
 Headers = tuple[tuple[str, str], ...]
@@ -112,41 +112,13 @@ class CheckAnswer:
 # Encoding.
 
 
-def _varint(value: int) -> bytes:
-    value &= _I64 - 1  # negative int64 as two's complement, ten bytes
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _tag(number: int, wire: int) -> bytes:
-    return _varint(number << 3 | wire)
-
-
-def _bytes(number: int, data: bytes) -> bytes:
-    return _tag(number, LENGTH) + _varint(len(data)) + data if data else b""
-
-
 def _text(number: int, text: str) -> bytes:
-    return _bytes(number, text.encode("utf-8", "surrogatepass"))
-
-
-def _int(number: int, value: int) -> bytes:
-    return _tag(number, VARINT) + _varint(value) if value else b""
-
-
-def _message(number: int, body: bytes, *, always: bool = False) -> bytes:
-    if not body and not always:
-        return b""
-    return _tag(number, LENGTH) + _varint(len(body)) + body
+    return bytes_field(number, text.encode("utf-8", "surrogatepass"))
 
 
 def _peer(address: str, port: int, principal: str) -> bytes:
-    socket_address = _text(2, address) + _int(3, port)
-    return _message(1, _message(1, socket_address)) + _text(4, principal)
+    socket_address = _text(2, address) + varint_field(3, port)
+    return bytes_field(1, bytes_field(1, socket_address)) + _text(4, principal)
 
 
 def _merged(headers: Headers) -> list[tuple[str, str]]:
@@ -159,7 +131,7 @@ def _merged(headers: Headers) -> list[tuple[str, str]]:
 
 def encode_check_request(attributes: CheckAttributes) -> bytes:
     a = attributes
-    headers = b"".join(_message(3, _text(1, k) + _text(2, v), always=True) for k, v in _merged(a.headers))
+    headers = b"".join(length_delimited(3, _text(1, k) + _text(2, v)) for k, v in _merged(a.headers))
     http = (
         _text(1, a.request_id)
         + _text(2, a.method)
@@ -167,41 +139,39 @@ def encode_check_request(attributes: CheckAttributes) -> bytes:
         + _text(4, a.path)
         + _text(5, a.host)
         + _text(6, a.scheme)
-        + _int(9, a.size)
+        + varint_field(9, a.size)
         + _text(10, a.protocol)
-        + _bytes(12 if a.raw_body else 11, a.body)
+        + bytes_field(12 if a.raw_body else 11, a.body)
     )
     context = (
-        _message(1, _peer(a.source_address, a.source_port, a.source_principal))
-        + _message(2, _peer(a.destination_address, a.destination_port, a.destination_principal))
-        + (_message(4, _message(2, http, always=True), always=True) if a.http else b"")
+        bytes_field(1, _peer(a.source_address, a.source_port, a.source_principal))
+        + bytes_field(2, _peer(a.destination_address, a.destination_port, a.destination_principal))
+        + (length_delimited(4, length_delimited(2, http)) if a.http else b"")
     )
-    return _message(1, context, always=True)
+    return length_delimited(1, context)
 
 
 def _header_options(number: int, headers: Headers) -> bytes:
-    return b"".join(
-        _message(number, _message(1, _text(1, k) + _text(2, v), always=True), always=True) for k, v in headers
-    )
+    return b"".join(length_delimited(number, length_delimited(1, _text(1, k) + _text(2, v))) for k, v in headers)
 
 
 def encode_check_response(answer: CheckAnswer) -> bytes:
-    status = _int(1, answer.code) + _text(2, answer.message)
-    out = _message(1, status, always=True)
+    status = varint_field(1, answer.code) + _text(2, answer.message)
+    out = length_delimited(1, status)
     if answer.code != 0:
         denied = (
-            _message(1, _int(1, answer.denied_status))
+            bytes_field(1, varint_field(1, answer.denied_status))
             + _header_options(2, answer.denied_headers)
             + _text(3, answer.denied_body)
         )
-        return out + _message(2, denied, always=True)
+        return out + length_delimited(2, denied)
     remove = answer.ok_headers_to_remove
     ok = (
         _header_options(2, answer.ok_headers)
-        + b"".join(_message(5, name.encode("utf-8", "surrogatepass"), always=True) for name in remove)
+        + b"".join(length_delimited(5, name.encode("utf-8", "surrogatepass")) for name in remove)
         + _header_options(6, answer.ok_response_headers)
     )
-    return out + _message(3, ok, always=True)
+    return out + length_delimited(3, ok)
 
 
 # Decoding.
@@ -235,9 +205,9 @@ def _fields(buf: bytes) -> Iterator[tuple[int, int, int | bytes]]:
                 raise ExtAuthzWireError("a length-delimited field runs past its message")
             yield number, wire, buf[pos : pos + length]
             pos += length
-        elif wire == 1:
+        elif wire == FIXED64:
             pos += 8
-        elif wire == 5:
+        elif wire == FIXED32:
             pos += 4
         else:
             raise ExtAuthzWireError(f"wire type {wire} is not supported")

@@ -30,17 +30,16 @@ Rules:
    Istio turns on for every route by default: a retry hides a failing endpoint instead of hitting it again. A
    workload-addressed request has one endpoint and retries there. A hostname endpoint is resolved in the first
    try's IP version on every try (:func:`~ambit.waypoint.destinations.in_dialled_family`). Each try's head says
-   which try it is when the plan asks (``x-envoy-attempt-count``) and, for a route with a timeout, how long the
-   endpoint has (``x-envoy-expected-rq-timeout-ms``, :mod:`ambit.waypoint.envoy_request_headers` rule 4).
+   which try it is and how long the endpoint has (:func:`~ambit.waypoint.forwarded_request.try_request`).
 4. A kept connection that turns out dead before any answer (the endpoint closed it while idle: the keep-alive
    race) is replaced once by a fresh one within the same try, when the body can still be replayed.
-5. The request body is buffered as it is read from the client, up to
-   :data:`~ambit.waypoint.retries.REPLAY_LIMIT` (64 KiB), and each chunk is reported (``RequestBodySent``): a
-   retry replays the buffer, then reads on. Past the bound the buffer is dropped at once and the body streams
-   on; the machine then retries nothing more.
-6. ``ForwardResponse`` lets the try stream its response to the client with the route's response header changes,
-   reporting ``BodyStarted``, then ``ResponseCompleted`` (or ``UpstreamReset`` when the endpoint fails in the
-   middle). A 101 answer completes the exchange and becomes a raw relay, bounded by the idle timeout only. A
+5. The request body is kept for replay as it is read from the client
+   (:class:`~ambit.waypoint.forwarded_request.ReplayBuffer`, up to :data:`~ambit.waypoint.retries.REPLAY_LIMIT`),
+   and each chunk is reported (``RequestBodySent``): a retry replays the buffer, then reads on.
+6. ``ForwardResponse`` lets the try stream its response to the client (:mod:`ambit.waypoint.forwarded_response`:
+   the route's response header changes, ``BodyStarted``, then ``ResponseCompleted``, or ``UpstreamReset`` when
+   the endpoint fails in the middle; a 101 becomes a raw relay). The status the retry machine judges is
+   :func:`~ambit.waypoint.forwarded_response.retry_status` (gRPC CANCELLED and UNAVAILABLE count as 503). A
    retriable status forwarded because the retries ran out carries Envoy's flag ``URX`` (upstream retry limit
    exceeded) in the metrics and the log.
 7. ``CancelAttempt`` stops the try (rule 1), which aborts its upstream connection; ``RespondLocally`` stops any
@@ -52,112 +51,32 @@ Rules:
 9. On a duplex upstream (HTTP/2, where gRPC streams both ways at once) the request body is sent by a task of its
    own from the request head on, while the try waits for the response head and streams the response; the task
    ends with the try (a response that ended before the client's body did stops it).
-10. A gRPC answer whose head says ``grpc-status`` CANCELLED (1) or UNAVAILABLE (14) is judged by the retry
-    policy as a 503 (Istio's default retry conditions ``cancelled`` and ``unavailable`` sit next to 503): a
-    policy that retries 503 retries it on another endpoint; forwarded, it stays the endpoint's gRPC answer.
-11. What of a forwarded response already arrived with its head (read in the same piece: the usual small answer)
-    goes to the client with the head, in one write (``start_response`` with ``body``, and ``end`` when the end
-    came too): the same bytes and the same retry-machine events in the same order as piece by piece, less a
-    write per piece. Nothing is held back to wait for more: a streamed answer's first piece leaves at once.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
 
 from ambit.errors import AmbitError
-from ambit.model.envoyfilter import HeaderOp
-from ambit.model.locality_lb import LocalityChoice
-from ambit.model.routes import HeaderModifier, RetryPolicy, Timeouts
-from ambit.model.workload import Service, Workload
 from ambit.waypoint import retries
 from ambit.waypoint.context import Tunnel, WaypointContext
-from ambit.waypoint.decisions import RequestHead
-from ambit.waypoint.destinations import PLAIN, Endpoint, Transport
-from ambit.waypoint.downstream import Downstream, DownstreamGoneError, Outcome, RequestSide, respond
-from ambit.waypoint.envoy_patches import apply_header_ops
-from ambit.waypoint.envoy_request_headers import expected_timeout
+from ambit.waypoint.destinations import Endpoint
+from ambit.waypoint.downstream import DownstreamGoneError, Outcome, RequestSide, respond
 from ambit.waypoint.errors import HttpProtocolError
-from ambit.waypoint.grpc_timeout import GRPC_TIMEOUT, format_grpc_timeout
-from ambit.waypoint.http1 import (
-    BodyData,
-    Event,
-    Headers,
-    InterimResponse,
-    MessageEnded,
-    RequestStarted,
-    ResponseStarted,
-    forwardable,
-)
-from ambit.waypoint.http1_upstream import Http1Upstream, http1_connector
-from ambit.waypoint.response_base import UPSTREAM_SERVICE_TIME, service_time
-from ambit.waypoint.tcp import relay
+from ambit.waypoint.forwarded_request import Plan, ReplayBuffer, try_request
+from ambit.waypoint.forwarded_response import client_headers, retry_status, stream_response, switch_protocols
+from ambit.waypoint.http1 import BodyData, Event, InterimResponse, MessageEnded, RequestStarted, ResponseStarted
+from ambit.waypoint.http1_upstream import http1_connector
+from ambit.waypoint.response_base import service_time
 from ambit.waypoint.upstream import Connector, UpstreamConnectError, UpstreamDnsError, UpstreamExchange
 
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    """What goes upstream: the (rewritten) request, the response header changes, timeouts and retry policy, and
-    the Service whose endpoints a retry may pick from (None: the one endpoint the request was addressed to)."""
-
-    request: RequestHead
-    response_headers: HeaderModifier | None = None
-    timeouts: Timeouts = field(default_factory=Timeouts)
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
-    service: Service | None = None
-    port: int = 0
-    members: frozenset[str] | None = None
-    """A DestinationRule subset's workload uids: a retry picks among those only."""
-    locality: LocalityChoice | None = None
-    """The rule's ``localityLbSetting``, which a retry's pick applies too."""
-    choose: Callable[[Sequence[Workload]], Workload] | None = None
-    """The rule's load balancer; None: the context's default choice."""
-    transport: Transport = PLAIN
-    report: Callable[[str, bool], None] | None = None
-    """Told each try's result (workload uid, whether it was not a 5xx or a connect failure): outlier detection."""
-    response_ops: tuple[HeaderOp, ...] = ()
-    """EnvoyFilter edits of the response, after ``response_headers`` (:mod:`ambit.waypoint.envoy_patches`)."""
-    attempt_count: bool = False
-    """Each try's request says which try it is in ``x-envoy-attempt-count`` (1, 2, ...; the client's value
-    replaced): Envoy's ``include_request_attempt_count``, which istiod sets on a gateway's virtual hosts and not on a
-    waypoint's."""
-    grpc: bool = False
-    """A gRPC request: each try's ``grpc-timeout`` says the time that try has (:mod:`ambit.waypoint.grpc_timeout`
-    rule 5; ``timeouts`` already hold its deadline)."""
-
-
-ATTEMPT_COUNT = "x-envoy-attempt-count"
+__all__ = ["forward"]
 
 
 class _UpstreamFailedError(Exception):
     """The endpoint went away or broke HTTP/1.1."""
-
-
-@dataclass(slots=True)
-class ReplayBuffer:
-    """The client's request body as read so far, kept for replay while it fits (rule 5): it never holds more
-    than :data:`~ambit.waypoint.retries.REPLAY_LIMIT` bytes."""
-
-    chunks: list[bytes] = field(default_factory=list)
-    total: int = 0
-    ended: bool = False
-    trailers: Headers = ()
-    replayable: bool = True
-
-    def add(self, data: bytes) -> None:
-        self.total += len(data)
-        if self.total > retries.REPLAY_LIMIT:
-            self.release()
-        elif self.replayable:
-            self.chunks.append(data)
-
-    def release(self) -> None:
-        self.replayable = False
-        self.chunks.clear()
 
 
 async def forward(
@@ -381,7 +300,7 @@ class _Exchange:
                 self.detail = str(exc)
                 self._post(retries.UpstreamReset(attempt))
                 return
-            status = _retry_status(head)
+            status = retry_status(head)
             self._report(endpoint, ok=status < 500)
             self._post(retries.ResponseHead(attempt, status, clock()))
             if not self.forwarding:  # retried: CancelAttempt and the next StartAttempt
@@ -391,11 +310,18 @@ class _Exchange:
                 self.outcome.flags = "URX"  # rule 6
             if isinstance(head, InterimResponse):
                 self._post(retries.ResponseCompleted())
-                await self._switch(up, head)
+                await switch_protocols(self.down, up, head, self.outcome, self.ctx.limits.idle_timeout)
                 up = None  # the relay closed it
-            elif await self._stream(attempt, up, head):
-                up.finish(clock())
-                up = None
+            else:
+                took = service_time(self.request_ended_at, clock())
+                headers = client_headers(head, took, self.plan.response_headers, self.plan.response_ops)
+                failed = await stream_response(self.down, up, head, headers, self.outcome, self._post)
+                if failed is None:
+                    up.finish(clock())
+                    up = None
+                else:
+                    self.detail = failed
+                    self._post(retries.UpstreamReset(attempt))
         finally:
             await self._stop_body()
             if up is not None:
@@ -406,7 +332,7 @@ class _Exchange:
         fresh = False
         while True:
             up = await self.connector(endpoint, fresh)
-            request = self._try_request()
+            request = try_request(self.plan, self.outcome.attempts, self._since_request_ended)
             try:
                 await up.send_request(request, upgrade=self.started.upgrade, body=self.started.has_body)
                 if not up.duplex:
@@ -428,26 +354,10 @@ class _Exchange:
                 up.abort()
                 raise
 
-    def _try_request(self) -> RequestHead:
-        """The request as this try sends it: with the router's ``x-envoy-attempt-count`` (when the plan asks) and
-        ``x-envoy-expected-rq-timeout-ms`` (when the route has a timeout; for gRPC ``grpc-timeout`` too), any earlier
-        value replaced."""
-        request, timeouts = self.plan.request, self.plan.timeouts
-        added: list[tuple[str, str]] = []
-        if self.plan.attempt_count:
-            added.append((ATTEMPT_COUNT, str(self.outcome.attempts)))
-        if timeouts.request is not None or timeouts.backend_request is not None:
-            ended = self.request_ended_at
-            elapsed = 0.0 if ended is None else self.ctx.clock() - ended  # the router counts from the request's end
-            expected = expected_timeout(timeouts.request, timeouts.backend_request, elapsed)
-            if expected is not None:
-                added.append(expected)
-                if self.plan.grpc:  # the router rewrites grpc-timeout to the same time (istiod's max_grpc_timeout)
-                    added.append((GRPC_TIMEOUT, format_grpc_timeout(int(expected[1]))))
-        if not added:
-            return request
-        names = {name for name, _ in added}
-        return dataclasses.replace(request, headers=(*(f for f in request.headers if f[0] not in names), *added))
+    def _since_request_ended(self) -> float:
+        """How long ago the client's request ended (0 while it has not): Envoy's router counts from there."""
+        ended = self.request_ended_at
+        return 0.0 if ended is None else self.ctx.clock() - ended
 
     async def _duplex_head(self, up: UpstreamExchange) -> ResponseStarted | InterimResponse:
         """Rule 9: the body goes up in a task of its own while the response head is awaited."""
@@ -502,127 +412,6 @@ class _Exchange:
         except (AmbitError, OSError) as exc:  # the client's tunnel broke or idled: not the endpoint's fault
             raise DownstreamGoneError(f"reading the request body: {exc or type(exc).__name__}") from None
 
-    async def _stream(self, attempt: int, up: UpstreamExchange, response: ResponseStarted) -> bool:
-        """Rule 6: the response to the client; True when it ended cleanly. What of the body (and its end) is
-        already here leaves with the head, in one write (rule 11)."""
-        outcome, down = self.outcome, self.down
-        headers = forwardable(response.headers)
-        if (took := service_time(self.request_ended_at, self.ctx.clock())) is not None:
-            headers = [*(field for field in headers if field[0] != UPSTREAM_SERVICE_TIME), took]
-        headers = _modified(headers, self.plan.response_headers)
-        if self.plan.response_ops:
-            headers = apply_header_ops(headers, self.plan.response_ops)
-        outcome.status = response.status
-        outcome.grpc_status = _first(response.headers, "grpc-status") or ""
-        first, ended, held, failed = _ready(up)
-        if first:
-            self._post(retries.BodyStarted())
-            outcome.bytes_out += len(first)
-        if ended is None:
-            await down.start_response(response.status, headers, response.reason, body=first)
-        else:
-            if (trailer_status := _first(ended.trailers, "grpc-status")) is not None:
-                outcome.grpc_status = trailer_status
-            await down.start_response(
-                response.status, headers, response.reason, body=first, end=True, trailers=ended.trailers
-            )
-            self._post(retries.ResponseCompleted())
-            return True
-        body_started = bool(first)
-        while True:
-            try:
-                if held is not None:
-                    event, held = held, None
-                elif failed is not None:
-                    error, failed = failed, None
-                    raise error
-                else:
-                    event = await up.next_event()
-            except (AmbitError, OSError) as exc:
-                self.detail = f"upstream: {exc or type(exc).__name__}"
-                self._post(retries.UpstreamReset(attempt))
-                return False
-            if isinstance(event, BodyData):
-                if not body_started:
-                    body_started = True
-                    self._post(retries.BodyStarted())
-                outcome.bytes_out += len(event.data)
-                await down.send_body(event.data)
-            elif isinstance(event, MessageEnded):
-                outcome.grpc_status = next((v for n, v in event.trailers if n == "grpc-status"), outcome.grpc_status)
-                await down.end_response(event.trailers)
-                self._post(retries.ResponseCompleted())
-                return True
-            else:
-                self.detail = "upstream: closed the connection in the middle of the response"
-                self._post(retries.UpstreamReset(attempt))
-                return False
-
-    async def _switch(self, exchange: UpstreamExchange, answer: InterimResponse) -> None:
-        """Rule 6: after a 101, both connections carry raw bytes (HTTP/1.1 on both sides only)."""
-        down, outcome = self.down, self.outcome
-        if not isinstance(down, Downstream) or not isinstance(exchange, Http1Upstream):
-            raise HttpProtocolError("an upgrade needs HTTP/1.1 on both sides", 502, upstream=True)
-        up = exchange.conn
-        outcome.status = 101
-        await down.write(down.server.send_interim(101, forwardable(answer.headers, upgrade=True)))
-        from_client, from_server = down.server.switched(), up.http.switched()
-        try:
-            if from_client:
-                await up.stream.write(from_client)
-            if from_server:
-                await down.stream.write(from_server)
-        except (AmbitError, OSError) as exc:
-            up.stream.abort()
-            down.stream.abort()
-            outcome.error = str(exc)
-            return
-        sent, received, error = await relay(down.stream, up.stream, self.ctx.limits.idle_timeout)
-        outcome.bytes_in += sent + len(from_client)
-        outcome.bytes_out += received + len(from_server)
-        outcome.error = error
-        with contextlib.suppress(Exception):
-            await up.stream.aclose()
-
-
-_GRPC_RETRIABLE = frozenset({"1", "14"})
-"""``grpc-status`` CANCELLED and UNAVAILABLE: Istio's default retry conditions ``cancelled`` and ``unavailable``."""
-
-
-def _first(fields: Iterable[tuple[str, str]], name: str) -> str | None:
-    """The value of the first of ``fields`` named ``name``, or None."""
-    for key, value in fields:
-        if key == name:
-            return value
-    return None
-
-
-def _retry_status(head: ResponseStarted | InterimResponse) -> int:
-    """Rule 10: the status the retry policy judges; a gRPC answer of CANCELLED or UNAVAILABLE in its head (the
-    "trailers-only" form an error takes) counts as 503."""
-    if isinstance(head, ResponseStarted) and head.status == 200:
-        grpc_status = _first(head.headers, "grpc-status")
-        if grpc_status is not None and grpc_status.strip() in _GRPC_RETRIABLE:
-            return 503
-    return head.status
-
-
-def _ready(up: UpstreamExchange) -> tuple[bytes, MessageEnded | None, Event | None, AmbitError | OSError | None]:
-    """Rule 11: what of the response already arrived after its head, taken without waiting: the first body piece
-    (``b""`` when none), the end when it follows at once, else the next event taken (to be acted on first) or
-    the error taking it raised (to be raised where the next read would)."""
-    first = b""
-    try:
-        event = up.next_event_nowait()
-        if isinstance(event, BodyData):
-            first = event.data
-            event = up.next_event_nowait()
-    except (AmbitError, OSError) as exc:
-        return first, None, None, exc
-    if isinstance(event, MessageEnded):
-        return first, event, None, None
-    return first, None, event, None
-
 
 async def _response_head(up: UpstreamExchange) -> ResponseStarted | InterimResponse:
     while True:
@@ -634,8 +423,3 @@ async def _response_head(up: UpstreamExchange) -> ResponseStarted | InterimRespo
                 return event
             continue  # other 1xx (103 Early Hints) are not passed on
         raise _UpstreamFailedError("upstream closed the connection before answering")
-
-
-def _modified(headers: list[tuple[str, str]], modifier: HeaderModifier | None) -> list[tuple[str, str]]:
-    """Gateway API header changes: ``set`` replaces, ``add`` appends, ``remove`` drops (names lower-case)."""
-    return headers if modifier is None else modifier.applied(headers)

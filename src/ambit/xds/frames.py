@@ -36,6 +36,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from ambit import protowire
 from ambit.api import discovery_pb2 as dpb
 from ambit.xds.session import Delta, ResourceSet, XdsResource
 
@@ -152,17 +153,8 @@ class FrameCache:
                 self._bytes -= len(self._bodies.pop(key))
 
 
-RESOURCES_TAG = b"\x12"
+RESOURCES_TAG = protowire.key(2, protowire.LENGTH)
 """``DeltaDiscoveryResponse.resources`` (field 2, length-delimited): each resource's encoding follows it."""
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def _body(delta: Delta) -> bytes:
@@ -172,7 +164,7 @@ def _body(delta: Delta) -> bytes:
     parts: list[bytes] = []
     for resource in delta.resources:
         wire = resource.wire
-        parts += (RESOURCES_TAG, _varint(len(wire)), wire)
+        parts += (RESOURCES_TAG, protowire.varint(len(wire)), wire)
     rest = dpb.DeltaDiscoveryResponse(type_url=delta.type_url, removed_resources=delta.removed)
     parts.append(rest.SerializeToString())
     return b"".join(parts)

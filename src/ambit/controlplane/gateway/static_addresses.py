@@ -46,13 +46,13 @@ Rules:
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ambit.controlplane.gateway.status import MESSAGE_MAX, cluster_ips, condition
 from ambit.controlplane.translate.manual_gateways import HOSTNAME, IP_ADDRESS, Requested, service_key
+from ambit.model.dnsname import is_ip
 
 __all__ = [
     "ADDRESS_TYPE_ANNOTATION",
@@ -276,11 +276,7 @@ def bound_programmed(bound: Bound, generation: Any) -> dict[str, Any]:
 
 
 def _typed(value: str) -> dict[str, str]:
-    try:
-        ipaddress.ip_address(value)
-    except ValueError:
-        return {"type": HOSTNAME, "value": value}
-    return {"type": IP_ADDRESS, "value": value}
+    return {"type": IP_ADDRESS if is_ip(value) else HOSTNAME, "value": value}
 
 
 def reported_addresses(gateway: Obj, resolution: Resolution) -> list[dict[str, str]] | None:

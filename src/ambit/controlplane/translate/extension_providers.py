@@ -32,11 +32,11 @@ Rules:
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from collections.abc import Mapping
 from typing import Any
 
+from ambit.model.dnsname import is_ip
 from ambit.model.extauthz import DEFAULT_TIMEOUT, MAX_CHECK_BODY, ExtAuthzProvider, HeaderPattern, ProviderKind
 from ambit.model.field_names import is_token
 
@@ -99,19 +99,11 @@ def _service(value: Any, where: str) -> str:
     namespace, slash, host = service.partition("/")
     if slash and (not _LABEL.fullmatch(namespace) and namespace not in ("*", ".")):
         raise ValueError(f"{where}: {service!r}: the namespace before '/' is not a DNS-1123 label")
-    if not slash and _is_ip(service):
+    if not slash and is_ip(service):
         return service
     if not _DNS_NAME.fullmatch(host if slash else service) or "/" in host:
         raise ValueError(f"{where}: {service!r} is not a hostname, an IP address or namespace/hostname")
     return service
-
-
-def _is_ip(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
 
 
 def _port(value: Any, where: str) -> int:

@@ -75,7 +75,7 @@ from ambit.controlplane.translate.workloadentries import (
     endpoint_workload,
     string_map,
 )
-from ambit.model.dnsname import check_dns_name
+from ambit.model.dnsname import check_dns_name, is_ip
 from ambit.model.port_protocols import protocol_app_protocol
 from ambit.model.workload import (
     AddressError,
@@ -340,7 +340,8 @@ def service_entry_workloads(
         where = f"spec.endpoints[{index}]"
         raw = str(endpoint.get("address") or "")
         hostname = raw if dns and _is_hostname(raw) else ""
-        if dns and not hostname and raw and not _is_ip(raw) and not raw.startswith("unix://"):
+        # An address with a zone id is neither: parse_ip refuses it (mesh addresses are global).
+        if dns and not hostname and raw and not (is_ip(raw) and "%" not in raw) and not raw.startswith("unix://"):
             reason = f"{raw!r} is neither an IP address nor a host name; the endpoint is left out"
             skips.append(skipped(SERVICE_ENTRY, entry.obj, f"{where}.address", reason))
             continue
@@ -392,14 +393,6 @@ def _endpoints(entry: ServiceEntrySpec) -> list[tuple[int, Obj, tuple[str, ...]]
     return [(-1, {"address": host}, (host,)) for host in entry.hosts if not host.startswith("*")]
 
 
-def _is_ip(text: str) -> bool:
-    try:
-        parse_ip(text)
-    except AddressError:
-        return False
-    return True
-
-
 def _is_hostname(text: str) -> bool:
     """A DNS name that is not an IP address (an IPv4 address passes the name check too)."""
-    return not _is_ip(text) and not check_dns_name(text)
+    return not is_ip(text) and not check_dns_name(text)

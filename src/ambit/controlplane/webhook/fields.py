@@ -24,6 +24,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ambit.model.dnsname import is_ip
+
 
 @dataclass(frozen=True, slots=True)
 class FieldError:
@@ -70,14 +72,6 @@ def is_hostname(text: str, *, wildcard: bool = True) -> bool:
     if not text or len(text) > 253 or text.endswith("."):
         return False
     return all(len(part) <= 63 and _HOST_LABEL.fullmatch(part) for part in text.split("."))
-
-
-def is_ip(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
 
 
 def is_ip_or_cidr(text: str) -> bool:

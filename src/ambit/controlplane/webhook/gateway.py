@@ -32,7 +32,8 @@ import re
 from typing import Any
 
 from ambit.controlplane.translate.cors_filter import ORIGIN_MAX, is_cors_origin
-from ambit.controlplane.webhook.fields import Fields, describe, is_dns_label, is_hostname, is_ip
+from ambit.controlplane.webhook.fields import Fields, describe, is_dns_label, is_hostname
+from ambit.model.dnsname import is_ip
 from ambit.model.field_names import is_token
 
 CORE_PROTOCOLS = ("HTTP", "HTTPS", "TLS", "TCP", "UDP", "HBONE")

@@ -28,7 +28,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ambit.controlplane.webhook.fields import Fields, is_dns_label, is_hostname, is_ip, is_ip_or_cidr
+from ambit.controlplane.webhook.fields import Fields, is_dns_label, is_hostname, is_ip_or_cidr
+from ambit.model.dnsname import is_ip
 
 RESOLUTIONS = ("NONE", "STATIC", "DNS", "DNS_ROUND_ROBIN", "DYNAMIC_DNS")
 DYNAMIC_DNS_PROTOCOLS = ("HTTP", "TLS", "GRPC", "HTTP2")

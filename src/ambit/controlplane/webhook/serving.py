@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import tempfile
 import time
@@ -29,6 +28,7 @@ from ambit.controlplane.webhook.errors import RegistrationError
 from ambit.controlplane.webhook.registration import patch_ca_bundle, register_webhook
 from ambit.controlplane.webhook.server import ValidationObserver, ValidationWebhookServer, WebhookServerSettings
 from ambit.k8s import KubeClient
+from ambit.model.dnsname import is_ip
 from ambit.tls.certs import issue_server_cert
 
 log = logging.getLogger(__name__)
@@ -110,8 +110,8 @@ class WebhookManager:
         pair = issue_server_cert(
             root.signer,
             common_name="istiod.istio-system.svc",
-            dns_names=[n for n in names if not _is_ip(n)],
-            ip_addresses=[n for n in names if _is_ip(n)],
+            dns_names=[n for n in names if not is_ip(n)],
+            ip_addresses=[n for n in names if is_ip(n)],
             now=time.time(),
         )
         cert_file, key_file = directory / "tls.crt", directory / "tls.key"
@@ -147,11 +147,3 @@ class WebhookManager:
                 await asyncio.sleep(self._retry)
                 continue
             await asyncio.sleep(KEEP_BUNDLE_EVERY)
-
-
-def _is_ip(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
