@@ -46,6 +46,7 @@ from typing import Any
 from ambit.controlplane.translate.backendtls import with_gateway_client_certificate
 from ambit.controlplane.translate.destinationrules import destination_policies
 from ambit.controlplane.translate.discovery import DiscoveryFilter
+from ambit.controlplane.translate.fields import object_labels
 from ambit.controlplane.translate.gateway_side import gateway_side
 from ambit.controlplane.translate.ingress import merge_route_status
 from ambit.controlplane.translate.meshconfig import MESH_CONFIG_MAP, mesh_config_of
@@ -57,7 +58,6 @@ from ambit.controlplane.translate.service_side import ServiceMemo, service_side
 from ambit.controlplane.translate.skips import Skipped
 from ambit.controlplane.translate.stage_memo import POD_SIDE, POLICY_KINDS, ChangedKinds
 from ambit.controlplane.translate.translation import StageMemos, Translation, TranslationMemo
-from ambit.controlplane.translate.waypoints import object_labels
 from ambit.controlplane.translate.workload_side import (
     entry_workloads,
     hand_added_workloads,

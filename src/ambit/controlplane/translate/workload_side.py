@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from ambit.controlplane.translate.endpointslices import endpoint_slice_workloads, gives_workloads
+from ambit.controlplane.translate.fields import object_labels
 from ambit.controlplane.translate.index import SERVICE_NAME_LABEL, ServiceIndex
 from ambit.controlplane.translate.pod_workloads import PodEntry
 from ambit.controlplane.translate.policy_side import PolicyKeys
@@ -21,7 +22,7 @@ from ambit.controlplane.translate.serviceentries import selections, service_entr
 from ambit.controlplane.translate.skips import Skipped
 from ambit.controlplane.translate.stage_memo import ChangedKinds
 from ambit.controlplane.translate.translation import EntryWorkloads, StageMemos, TranslationMemo, WorkloadChanges
-from ambit.controlplane.translate.waypoints import WaypointIndex, object_labels
+from ambit.controlplane.translate.waypoints import WaypointIndex
 from ambit.controlplane.translate.workloads import translate_pod
 from ambit.model.workload import Locality, Workload
 
