@@ -32,7 +32,7 @@ from tests.integration.waypoint_rig import free_port
 from tests.upstream_objects import ingress_gateway
 
 from ambit.controlplane.translate import translate_all
-from ambit.controlplane.translate.istio_gateways import CIPHER_SUITES
+from ambit.controlplane.translate.istio_gateway_servers import CIPHER_SUITES
 from ambit.identity.localca import LocalCa
 from ambit.model.identity import SpiffeId
 from ambit.model.ingress import GatewayConfig

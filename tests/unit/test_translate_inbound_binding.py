@@ -1,4 +1,4 @@
-"""The waypoint inbound binding (waypoints rule 12, istiod's ``makeInboundBinding``): the annotation
+"""The waypoint inbound binding (waypoint_gateways rule 12, istiod's ``makeInboundBinding``): the annotation
 ``ambient.istio.io/waypoint-inbound-binding`` on a Gateway or its GatewayClass becomes the ``application_tunnel`` of
 the Gateway's own pods, with the objects as users write them (Istio's sandwich guide)."""
 
@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from ambit.controlplane.translate import translate_all
-from ambit.controlplane.translate.waypoints import INBOUND_BINDING, WaypointIndex
+from ambit.controlplane.translate.waypoint_gateways import INBOUND_BINDING
+from ambit.controlplane.translate.waypoints import WaypointIndex
 from ambit.model.errors import LocalConfigError
 from ambit.model.localconfig import parse_local_config, workload_to_dict
 from ambit.model.workload import ApplicationTunnel, AppTunnelProtocol

@@ -16,7 +16,7 @@ from tests.ingress_pki import cert_sha256_hex, client_cert, opaque_secret, spki_
 from tests.upstream_objects import authorization_gateway_route, ingress_gateway, ingress_route
 
 from ambit.controlplane.translate import Translation, translate_all
-from ambit.controlplane.translate.istio_gateways import CIPHER_SUITES
+from ambit.controlplane.translate.istio_gateway_servers import CIPHER_SUITES
 from ambit.model.ingress import (
     GatewayConfig,
     IngressCertificate,

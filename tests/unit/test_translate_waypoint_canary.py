@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from ambit.api import workload_pb2 as pb
 from ambit.controlplane.translate import translate_all
-from ambit.controlplane.translate.waypoints import WaypointIndex, bound_status
+from ambit.controlplane.translate.waypoint_status import bound_status
+from ambit.controlplane.translate.waypoints import WaypointIndex
 from ambit.model.localconfig import LocalConfig, LocalConfigError, parse_local_config, render_local_config
 from ambit.model.policy import Scope
 from ambit.model.workload import GatewayAddress, NamespacedHostname, Service, WeightedWaypoint

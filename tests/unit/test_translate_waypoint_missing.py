@@ -1,7 +1,7 @@
-"""``istio.io/WaypointMissing`` on ServiceEntries (rule 11 of :mod:`ambit.controlplane.translate.waypoints`; istiod's
-``ServiceInfo.GetConditions``, upstream TestWaypointDNSConnectStrategy and the wildcard egress tests): set True
-while a wildcard entry or one with ``istio.io/connect-strategy: RACE_FIRST_TCP_CONNECT`` has no waypoint, gone once
-it is bound or neither holds; and the writer carries it beside ``WaypointBound`` in one patch."""
+"""``istio.io/WaypointMissing`` on ServiceEntries (rule 11 of :mod:`ambit.controlplane.translate.waypoint_status`;
+istiod's ``ServiceInfo.GetConditions``, upstream TestWaypointDNSConnectStrategy and the wildcard egress tests): set True
+while a wildcard entry or one with ``istio.io/connect-strategy: RACE_FIRST_TCP_CONNECT`` has no waypoint, gone once it
+is bound or neither holds; and the writer carries it beside ``WaypointBound`` in one patch."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from ambit.controlplane.status import PolicyStatusWriter
 from ambit.controlplane.translate import PolicyStatus, translate_all
-from ambit.controlplane.translate.waypoints import WAYPOINT_BOUND, WAYPOINT_MISSING
+from ambit.controlplane.translate.waypoint_status import WAYPOINT_BOUND, WAYPOINT_MISSING
 from ambit.k8s import kinds
 
 Obj = dict[str, Any]

@@ -1,5 +1,5 @@
 """A Gateway of class ``istio`` (an ingress gateway) as a waypoint: the "sandwich" of Istio's TestSimpleHTTPSandwich
-(waypoints rule 1, routes rule 6), with the objects as that test writes them."""
+(waypoint_gateways rule 1, routes rule 6), with the objects as that test writes them."""
 
 from __future__ import annotations
 

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from ambit.controlplane.status import plan_conditions
 from ambit.controlplane.translate import translate_all
-from ambit.controlplane.translate.waypoints import WAYPOINT_BOUND, Binding, WaypointIndex, bound_status
+from ambit.controlplane.translate.waypoint_status import WAYPOINT_BOUND, bound_status
+from ambit.controlplane.translate.waypoints import Binding, WaypointIndex
 from ambit.model.localconfig import LocalConfig, LocalConfigError, parse_local_config, render_local_config
 from ambit.model.workload import GatewayAddress, NamespacedHostname, NetworkAddress, Service, Workload
 from ambit.xds.convert import XdsConversionError, address_from_proto, address_of
@@ -239,7 +240,7 @@ def test_ingress_use_waypoint_reads_the_object_then_its_namespace_as_parse_bool(
     assert binding.ingress_use_waypoint is expected
 
 
-# -- status (rule 7) ---------------------------------------------------------------------------------------------------
+# -- status (waypoint_status rule 7) -----------------------------------------------------------------------------------
 def test_bound_status_words_it_as_istiod_and_no_binding_means_no_condition() -> None:
     svc = {"metadata": {"name": "web", "namespace": "app", "generation": 2}}
     idx = full_index({})
@@ -448,7 +449,7 @@ def test_a_malformed_waypoint_in_the_local_file_is_a_clear_error(waypoint: Any) 
         parse_local_config(yaml.safe_dump(doc))
 
 
-# -- XFCC client identity (rule 8) -----------------------------------------------------------------------------------
+# -- XFCC client identity (waypoint_gateways rule 8) -----------------------------------------------------------------
 XFCC_ANNOTATION = "ambient.istio.io/xfcc-include-client-identity"
 
 

@@ -27,10 +27,11 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from ambit.controlplane.translate import DEFAULT_ROOT_NAMESPACE
+from ambit.controlplane.translate.fields import object_annotations, object_labels
 from ambit.controlplane.translate.meshconfig import MeshConfig, mesh_config_of
 from ambit.controlplane.translate.skips import SERVICE_ENTRY
 from ambit.controlplane.translate.visibility import entry_visibility, export_visibility
-from ambit.controlplane.translate.waypoints import WaypointIndex, object_annotations, object_labels
+from ambit.controlplane.translate.waypoints import WaypointIndex
 from ambit.model.workload import Visibility
 
 __all__ = ["SERVICE_COLUMNS", "service_rows"]

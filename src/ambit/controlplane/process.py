@@ -90,7 +90,7 @@ from ambit.controlplane.translate.discovery import EVERY_NAMESPACE
 from ambit.controlplane.translate.envoyfilters import PatchNote
 from ambit.controlplane.translate.visibility import VISIBILITY_APPLIED
 from ambit.controlplane.translate.waypoint_policies import WAYPOINT_ACCEPTED
-from ambit.controlplane.translate.waypoints import WAYPOINT_BOUND, WAYPOINT_MISSING
+from ambit.controlplane.translate.waypoint_status import WAYPOINT_BOUND, WAYPOINT_MISSING
 from ambit.controlplane.untaint import NodeUntainter
 from ambit.controlplane.view import ClusterView, ClusterViewSettings
 from ambit.controlplane.webhook.serving import WebhookManager

@@ -197,7 +197,7 @@ class GatewayConfig:
     destination_rules: tuple[DestinationPolicy, ...] = ()
     """The DestinationRules that apply to its backend Services, one per Service, ordered by service key."""
     envoy_patches: ProxyPatches = NO_PATCHES
-    """What it honours of the EnvoyFilters it takes (:mod:`ambit.controlplane.translate.envoyfilters` rule 8)."""
+    """What it honours of the EnvoyFilters it takes (:mod:`ambit.controlplane.translate.envoyfilter_patches` rule 5)."""
     forward_client_cert: ForwardClientCert = ForwardClientCert.SANITIZE_SET
     """What its HTTP connections do with ``x-forwarded-client-cert`` (Istio's gateway default: ``SANITIZE_SET``)."""
 

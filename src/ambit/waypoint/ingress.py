@@ -35,7 +35,7 @@ HBONE pool, telemetry and admin endpoints) that, instead of an HBONE listener, s
   same :class:`~ambit.waypoint.jwks.JwksManager`. A removed config keeps the last policies (fail closed).
 - A gateway whose own pod is captured by the node proxy (the Gateway labelled ``istio.io/dataplane-mode: ambient``,
   Istio's "sandwich": Services bind to it with ``istio.io/use-waypoint`` and node proxies steer their traffic to
-  it, :mod:`ambit.controlplane.translate.waypoints` rule 1) receives that traffic on its listener ports in plain
+  it, :mod:`ambit.controlplane.translate.waypoint_gateways` rule 1) receives that traffic on its listener ports in plain
   text from its node proxy, which has terminated the HBONE tunnel (the authority's port is the listener's), and
   routes it like any other request: the Host header picks the listener. Its upstream connections are then plain
   (:meth:`IngressGateway.captured`, :mod:`ambit.waypoint.upstream`) and its node proxy tunnels them. With a PROXY

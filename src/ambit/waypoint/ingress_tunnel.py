@@ -1,12 +1,12 @@
 """The ingress gateway's end of a PROXY application tunnel (the waypoint inbound binding, spec §6.5 step 5).
 
-Theory of operation: a Gateway annotated ``ambient.istio.io/waypoint-inbound-binding: PROXY[/<port>]`` gives its
-pods an ``application_tunnel`` (:mod:`ambit.controlplane.translate.waypoints` rule 12); the node proxy that captures
+Theory of operation: a Gateway annotated ``ambient.istio.io/waypoint-inbound-binding: PROXY[/<port>]`` gives its pods an
+``application_tunnel`` (:mod:`ambit.controlplane.translate.waypoint_gateways` rule 12); the node proxy that captures
 such a pod delivers each HBONE tunnel to loopback in the pod, on the binding's port, after a PROXY version 2 header
-naming the client, the original target and (TLV ``0xD0``) the client's SPIFFE identity, which the node proxy
-verified with mutual TLS (:mod:`ambit.proxy.plans` inbound rule 6). The gateway reads its own binding from its own
-workload (found by its pod address, as :meth:`~ambit.waypoint.ingress.IngressGateway.captured` finds it), so no
-configuration beyond the annotation is needed.
+naming the client, the original target and (TLV ``0xD0``) the client's SPIFFE identity, which the node proxy verified
+with mutual TLS (:mod:`ambit.proxy.plans` inbound rule 6). The gateway reads its own binding from its own workload
+(found by its pod address, as :meth:`~ambit.waypoint.ingress.IngressGateway.captured` finds it), so no configuration
+beyond the annotation is needed.
 
 Rules:
 

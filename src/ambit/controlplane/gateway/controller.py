@@ -119,7 +119,7 @@ from ambit.controlplane.translate.listener_sets import LISTENER_SET_KINDS, Merge
 from ambit.controlplane.translate.listeners import backend_client_certificate, frontend_config_maps
 from ambit.controlplane.translate.manual_gateways import is_managed, requested_services, service_key
 from ambit.controlplane.translate.reference_grants import ReferenceGrants
-from ambit.controlplane.translate.waypoints import WAYPOINT_CLASS
+from ambit.controlplane.translate.waypoint_gateways import WAYPOINT_CLASS
 from ambit.controlplane.view import CREDENTIAL_SECRETS, EventHandlers
 from ambit.errors import AmbitError
 from ambit.k8s import (

@@ -21,7 +21,7 @@ Rules:
    ``networking.istio.io/service-type`` annotation, :mod:`.render` rule 5) has no external address and waits for
    none: its in-cluster hostname is reported instead, as ``Hostname`` (istiod reports the internal addresses of
    the class's address type, ``Hostname`` for class ``istio``). That address is what makes the Gateway a
-   waypoint candidate (a "sandwich", :mod:`ambit.controlplane.translate.waypoints` rule 1).
+   waypoint candidate (a "sandwich", :mod:`ambit.controlplane.translate.waypoint_gateways` rule 1).
 4. One listener status per judged listener: ``attachedRoutes`` as counted by the caller (by
    :func:`ingress_attached_routes`: the routes of a kind the listener supports that name it, from a namespace it
    admits, and, as istiod counts only the parents a route is accepted on, with a hostname that meets the

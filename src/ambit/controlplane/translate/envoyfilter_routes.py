@@ -13,7 +13,7 @@ Rules (istiod's ``patchHTTPRoute``; Envoy's ``Route`` and ``RetryPolicy`` fields
    has no form for) are refused with a note, like any other unsupported patch.
 2. Selection: the route configuration (``name`` ``inbound-vip|<port>|<protocol>|<host>``, ``portNumber``) and
    virtual host (``name`` ``inbound|http|<port>``, ``domainName``) as for a VIRTUAL_HOST patch
-   (:mod:`ambit.controlplane.translate.envoyfilters` rule 6), then ``vhost.route.name`` and
+   (:mod:`ambit.controlplane.translate.envoyfilter_patches` rule 3), then ``vhost.route.name`` and
    ``vhost.route.action``. A route's name is, as istiod names them, the HTTPRoute rule's or VirtualService http
    route's ``name``; an unnamed Gateway API rule's generated name (``<ns>.<name>.<index>``) is not matched (a
    patch naming one is refused: name the rule). ``action`` ``ROUTE`` selects rules that forward,

@@ -39,4 +39,28 @@ def object_key(obj: Obj) -> str:
     return f"{text(meta.get('namespace'))}/{text(meta.get('name'))}"
 
 
-__all__ = ["Obj", "mapping", "object_key", "strings", "text"]
+def object_labels(obj: Obj) -> dict[str, str]:
+    """An API object's ``metadata.labels`` as strings (anything else in the input is ignored)."""
+    return strings(mapping(obj.get("metadata")).get("labels"))
+
+
+def object_annotations(obj: Obj) -> dict[str, str]:
+    """An API object's ``metadata.annotations`` as strings (anything else in the input is ignored)."""
+    return strings(mapping(obj.get("metadata")).get("annotations"))
+
+
+def metadata_text(obj: Obj, key: str) -> str:
+    """A string field of an object's ``metadata`` (``name``, ``namespace``...), ``""`` when it is not one."""
+    return text(mapping(obj.get("metadata")).get(key))
+
+
+__all__ = [
+    "Obj",
+    "mapping",
+    "metadata_text",
+    "object_annotations",
+    "object_key",
+    "object_labels",
+    "strings",
+    "text",
+]

@@ -19,10 +19,10 @@ Rules:
    captured by the node proxy would steer its own traffic back into itself).
 3. An ingress gateway's pods get ``istio.io/dataplane-mode: none`` and ``sidecar.istio.io/inject: "false"`` only as
    defaults that the infrastructure labels override, as istiod's ``kube-gateway`` template orders them: a Gateway
-   labelled ``istio.io/dataplane-mode: ambient`` has captured pods, a "sandwich" (:mod:`.waypoints` rule 1), whose
-   inbound arrives over HBONE through their node proxy and whose outbound that node proxy carries. (istiod's
-   template sets no ``dataplane-mode`` at all, so its gateways in an ambient namespace are captured too; Ambit
-   keeps an ingress gateway out of its namespace's capture unless the Gateway asks.)
+   labelled ``istio.io/dataplane-mode: ambient`` has captured pods, a "sandwich" (:mod:`.waypoint_gateways` rule 1),
+   whose inbound arrives over HBONE through their node proxy and whose outbound that node proxy carries. (istiod's
+   template sets no ``dataplane-mode`` at all, so its gateways in an ambient namespace are captured too; Ambit keeps an
+   ingress gateway out of its namespace's capture unless the Gateway asks.)
 """
 
 from __future__ import annotations

@@ -73,7 +73,8 @@ from ambit.controlplane.translate.routerules import (
     convert_route,
 )
 from ambit.controlplane.translate.virtualservices import RouteBlock, VirtualServiceRoutes, route_block_order
-from ambit.controlplane.translate.waypoints import Waypoint, WaypointIndex
+from ambit.controlplane.translate.waypoint_gateways import Waypoint
+from ambit.controlplane.translate.waypoints import WaypointIndex
 from ambit.model.routes import ISTIO_RETRY, BackendService, HttpRetry, RouteTable, WaypointConfig, WeightedBackend
 from ambit.model.workload import HBONE_MTLS_PORT, Service
 

@@ -34,6 +34,7 @@ from ambit.controlplane.translate.backendtls import (
     translate_backend_tls,
 )
 from ambit.controlplane.translate.destinationrules import DestinationRuleIndex, parse_destination_rules
+from ambit.controlplane.translate.fields import object_annotations, object_labels
 from ambit.controlplane.translate.gateway_policies import IngressPods
 from ambit.controlplane.translate.gateway_topology import gateway_forward_client_cert, gateway_trusted_proxies
 from ambit.controlplane.translate.ingress import IngressTranslation, translate_ingress
@@ -66,15 +67,8 @@ from ambit.controlplane.translate.waypoint_policies import (
     WaypointPolicyTranslation,
     translate_waypoint_policy,
 )
-from ambit.controlplane.translate.waypoints import (
-    Binding,
-    WaypointIndex,
-    bound_status,
-    missing_status,
-    object_annotations,
-    object_labels,
-    races_first_connect,
-)
+from ambit.controlplane.translate.waypoint_status import bound_status, missing_status, races_first_connect
+from ambit.controlplane.translate.waypoints import Binding, WaypointIndex
 from ambit.model.ingress import ForwardClientCert
 from ambit.model.routes import WaypointConfig
 from ambit.model.workload import Service, Visibility

@@ -1,34 +1,17 @@
 """Waypoints and what binds to them (spec §1.4, istiod's ambient ``waypoints.go``): the ``waypoint`` field of
-Workloads and Services, and the ``istio.io/WaypointBound`` condition of Services and ServiceEntries (spec §10.3).
+Workloads and Services, and the binding the ``istio.io/WaypointBound`` condition of Services and ServiceEntries
+reports (spec §10.3).
 
 Theory of operation: :meth:`WaypointIndex.build` reads the Gateways, GatewayClasses and Namespaces once per
-translation; then :meth:`WaypointIndex.find_for_service` and :meth:`WaypointIndex.find_for_workload` answer, for
-one object's namespace and labels, a :class:`Binding`: the waypoint to use, or none, and the problem to report.
-:func:`bound_status` turns a Service's or ServiceEntry's binding into the condition the control plane writes.
-Pure: no I/O; labels are read as strings whatever the input holds.
+translation (each Gateway as :mod:`~ambit.controlplane.translate.waypoint_gateways` reads it); then
+:meth:`WaypointIndex.find_for_service` and :meth:`WaypointIndex.find_for_workload` answer, for one object's
+namespace and labels, a :class:`Binding`: the waypoint to use, or none, and the problem to report.
+:func:`~ambit.controlplane.translate.waypoint_status.bound_status` turns a Service's or ServiceEntry's binding into
+the condition the control plane writes. Pure: no I/O; labels are read as strings whatever the input holds.
 
-Rules:
+Rules (1-3, 8 and 12, a Gateway as a waypoint, are :mod:`ambit.controlplane.translate.waypoint_gateways`'s; 7 and
+11, the conditions written, :mod:`ambit.controlplane.translate.waypoint_status`'s):
 
-1. A waypoint is a Gateway with a usable address in its status (rule 2), whatever its class, as istiod makes one
-   of every such Gateway (``gatewayToWaypointTransform``). One of class ``istio-waypoint`` is *declared*
-   (:attr:`WaypointIndex.declared`, even before it is ready): Ambit's waypoint process serves it, and routes,
-   policies and the waypoint config are translated for it. One of any other class is a *sandwich*
-   (:attr:`Waypoint.sandwich`): typically an ingress Gateway of class ``istio`` whose pods are captured by the
-   node proxy (``istio.io/dataplane-mode: ambient``); objects bind to it and node proxies tunnel to it exactly as
-   to a waypoint, but its own gateway config (:mod:`ambit.controlplane.translate.ingress`) is what serves the
-   traffic, so no waypoint config, waypoint route or waypoint policy is made for it. Its traffic type is its
-   ``istio.io/waypoint-for`` label, else that label on its own GatewayClass, else ``service``; values are
-   ``service``, ``workload``, ``all`` and ``none`` (any other value, like ``none``, takes no traffic).
-2. A waypoint is ready once ``status.addresses`` holds a usable address: the first of type ``Hostname`` gives the
-   hostname form ``{gateway namespace, hostname}``; else the first parsable one of type ``IPAddress`` (or no
-   type, the API's default) the address form on the cluster's network. HBONE port 15008 either way. A Gateway
-   whose addresses are all unusable is not ready (istiod would bind to it and send no address).
-3. Which namespaces may bind: the ``allowedRoutes.namespaces`` of the listener the inbound binding (rule 12)
-   names (its port; for PROXY without a port, the listener of protocol ``istio.io/PROXY``), else of the listener
-   with protocol HBONE on port 15008 (``from``: ``Same``, the default and anything unknown; ``All``;
-   ``Selector``, whose label selector is matched against the binding namespace's labels; a missing or malformed
-   selector matches nothing). A Gateway without either listener, like a plain sandwich, admits its own namespace
-   only (istiod's ``makeAllowedRoutes``).
 4. The binding label ``istio.io/use-waypoint`` names a waypoint, in the object's namespace or in the one
    ``istio.io/use-waypoint-namespace`` names. The value ``none`` opts out (of the namespace's default too). An
    object without the label takes its Namespace's labels the same way (the namespace's own namespace label, else
@@ -44,14 +27,6 @@ Rules:
    skip waypoints still coming up, so that a waypoint never routes through another). A waypoint for neither
    ``workload`` nor ``all`` gives none; it is ``UnsupportedTrafficType`` only when the object's own label named
    it (a namespace default meant for services is not an error).
-7. The condition (:func:`bound_status`): bound → True, ``WaypointAccepted``, "Successfully attached to waypoint
-   ns/name" (plus istiod's ingress note, then, when the canary was refused, ". Canary waypoint not attached: "
-   and the canary's message); a problem → False with its reason and istiod's message; neither → no condition
-   (the writer removes an old one).
-8. ``ambient.istio.io/xfcc-include-client-identity`` on the waypoint's Gateway, else on its
-   GatewayClass (the Gateway's own annotation wins, as infrastructure annotations merge), read as istiod
-   reads it: ``true`` in any case is on, anything else off. The waypoint then adds the source identity in
-   ``x-forwarded-client-cert`` (:mod:`ambit.waypoint.client_cert`).
 9. Canary waypoints (Services and ServiceEntries only, and only when the primary is bound without a problem): the
    label ``istio.io/use-waypoint-canary`` names a second waypoint, in the object's namespace or in the one
    ``istio.io/use-waypoint-canary-namespace`` (read from the same labels) names; ``""`` and ``none`` name none.
@@ -70,22 +45,6 @@ Rules:
     A Kubernetes Service is not checked, as istiod does not check it, whatever its ``exportTo``. Its canary is
     refused the same way (istiod checks only the primary; the canary takes the same traffic, so the same reason
     holds).
-11. ``istio.io/WaypointMissing`` (:func:`missing_status`, ServiceEntries only): an entry without a bound waypoint
-    (none, or a problem) whose hosts include a wildcard gets True, ``NoWaypointForWildcardService``, "ServiceEntry
-    will not apply until it is bound to a valid waypoint."; one whose ``istio.io/connect-strategy`` annotation is
-    ``RACE_FIRST_TCP_CONNECT`` (any case) gets True, ``NoWaypointForRacingConnectStrategy`` and istiod's message
-    instead (it wins when both hold). A bound entry, or one where neither holds, gets none, and the writer removes
-    an old one (istiod prunes it when it no longer holds).
-12. The inbound binding (istiod's ``makeInboundBinding``): ``ambient.istio.io/waypoint-inbound-binding`` on the
-    Gateway, else on its GatewayClass (present, even empty, on the Gateway wins), is ``<protocol>`` or
-    ``<protocol>/<port>`` with protocol ``NONE`` or ``PROXY``. It becomes the
-    :class:`~ambit.model.workload.ApplicationTunnel` of every pod that is an instance of the Gateway (its
-    ``gateway.networking.k8s.io/gateway-name`` label, ready or not, as istiod's waypoint collection holds every
-    Gateway): :meth:`WaypointIndex.find_application_tunnel`. Port 0, or none given, keeps the client's port (the
-    node proxy's rule; istiod sends 0). More than one ``/`` or another protocol: no binding. A port that is not
-    decimal digits in 0..65535: the binding with port 0, as istiod keeps it (istiod reads up to 2^32-1 and
-    ztunnel truncates to 16 bits; we take none of that). Each problem is a :class:`Skipped` of the object that
-    carries the annotation (:attr:`WaypointIndex.problems`, a Warning Event; istiod logs a warning).
 """
 
 from __future__ import annotations
@@ -95,49 +54,27 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ambit.controlplane.translate.policies import PolicyStatus
-from ambit.controlplane.translate.skips import ObjectKind, Skipped, skipped
+from ambit.controlplane.translate.fields import metadata_text, object_annotations, object_labels
+from ambit.controlplane.translate.skips import Skipped
+from ambit.controlplane.translate.waypoint_gateways import (
+    SERVICE_TRAFFIC,
+    WAYPOINT_CLASS,
+    WAYPOINT_FOR,
+    WORKLOAD_TRAFFIC,
+    Waypoint,
+    allowed_routes,
+    gateway_address,
+    inbound_binding,
+    xfcc_client_identity,
+)
 from ambit.model.errors import IdentityError
 from ambit.model.identity import check_path_segment
-from ambit.model.labels import LabelSelector, selector_from_spec
-from ambit.model.workload import (
-    HBONE_MTLS_PORT,
-    AddressError,
-    ApplicationTunnel,
-    AppTunnelProtocol,
-    GatewayAddress,
-    NamespacedHostname,
-    NetworkAddress,
-    WeightedWaypoint,
-    parse_ip,
-)
+from ambit.model.workload import ApplicationTunnel, GatewayAddress, WeightedWaypoint
 
-__all__ = [
-    "CONNECT_STRATEGY",
-    "INBOUND_BINDING",
-    "RACE_FIRST_TCP_CONNECT",
-    "WAYPOINT_BOUND",
-    "WAYPOINT_CLASS",
-    "WAYPOINT_MISSING",
-    "Binding",
-    "Waypoint",
-    "WaypointIndex",
-    "bound_status",
-    "missing_status",
-    "object_annotations",
-    "object_labels",
-    "races_first_connect",
-]
+__all__ = ["Binding", "WaypointIndex"]
 
 Obj = Mapping[str, Any]
 
-WAYPOINT_CLASS = "istio-waypoint"
-WAYPOINT_BOUND = "istio.io/WaypointBound"
-WAYPOINT_MISSING = "istio.io/WaypointMissing"
-CONNECT_STRATEGY = "istio.io/connect-strategy"
-RACE_FIRST_TCP_CONNECT = "RACE_FIRST_TCP_CONNECT"
-NO_WAYPOINT_FOR_WILDCARD = "NoWaypointForWildcardService"
-NO_WAYPOINT_FOR_RACING = "NoWaypointForRacingConnectStrategy"
 USE_WAYPOINT = "istio.io/use-waypoint"
 USE_WAYPOINT_NAMESPACE = "istio.io/use-waypoint-namespace"
 USE_WAYPOINT_CANARY = "istio.io/use-waypoint-canary"
@@ -145,52 +82,12 @@ USE_WAYPOINT_CANARY_NAMESPACE = "istio.io/use-waypoint-canary-namespace"
 USE_WAYPOINT_CANARY_WEIGHT = "istio.io/use-waypoint-canary-weight"
 _ATOI = re.compile(r"[+-]?([0-9]+)")
 """What Go's ``strconv.Atoi`` reads (ASCII digits, an optional sign, nothing else)."""
-WAYPOINT_FOR = "istio.io/waypoint-for"
 INGRESS_USE_WAYPOINT = "istio.io/ingress-use-waypoint"
 GATEWAY_NAME = "gateway.networking.k8s.io/gateway-name"
 GATEWAY_MANAGED = "gateway.istio.io/managed"
-XFCC_CLIENT_IDENTITY = "ambient.istio.io/xfcc-include-client-identity"
-INBOUND_BINDING = "ambient.istio.io/waypoint-inbound-binding"
-SANDWICH_PROXY_PROTOCOL = "istio.io/PROXY"
-"""The listener protocol that a PROXY binding without a port takes its ``allowedRoutes`` from (rule 3)."""
-GATEWAY = ObjectKind("gateway.networking.k8s.io/v1", "Gateway")
-GATEWAY_CLASS = ObjectKind("gateway.networking.k8s.io/v1", "GatewayClass")
 NO_WAYPOINT_CONTROLLERS = ("istio.io-mesh-controller", "istio.io-eastwest-controller")
-SERVICE_TRAFFIC, WORKLOAD_TRAFFIC, ALL_TRAFFIC = "service", "workload", "all"
 _TRUE = ("1", "t", "T", "TRUE", "true", "True")
 """What Go's ``strconv.ParseBool`` reads as true."""
-
-
-def object_labels(obj: Obj) -> dict[str, str]:
-    """An API object's ``metadata.labels`` as strings (anything else in the input is ignored)."""
-    meta = obj.get("metadata")
-    return _string_map(meta.get("labels") if isinstance(meta, Mapping) else None)
-
-
-def object_annotations(obj: Obj) -> dict[str, str]:
-    """An API object's ``metadata.annotations`` as strings (anything else in the input is ignored)."""
-    meta = obj.get("metadata")
-    return _string_map(meta.get("annotations") if isinstance(meta, Mapping) else None)
-
-
-def _string_map(value: Any) -> dict[str, str]:
-    if not isinstance(value, Mapping):
-        return {}
-    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
-
-
-def _annotations(obj: Obj) -> dict[str, str]:
-    meta = obj.get("metadata")
-    return _string_map(meta.get("annotations") if isinstance(meta, Mapping) else None)
-
-
-def _xfcc_client_identity(gateway: Obj, class_annotations: Mapping[str, str]) -> bool:
-    """Rule 8."""
-    own = _annotations(gateway)
-    value = (
-        own[XFCC_CLIENT_IDENTITY] if XFCC_CLIENT_IDENTITY in own else class_annotations.get(XFCC_CLIENT_IDENTITY, "")
-    )
-    return value.lower() == "true"
 
 
 def _valid_namespace(namespace: str) -> bool:
@@ -199,45 +96,6 @@ def _valid_namespace(namespace: str) -> bool:
     except IdentityError:
         return False
     return True
-
-
-def _meta_text(obj: Obj, key: str) -> str:
-    meta = obj.get("metadata")
-    value = meta.get(key) if isinstance(meta, Mapping) else None
-    return value if isinstance(value, str) else ""
-
-
-@dataclass(frozen=True, slots=True)
-class Waypoint:
-    """A ready waypoint (rules 1-3)."""
-
-    namespace: str
-    name: str
-    address: GatewayAddress
-    traffic_type: str = SERVICE_TRAFFIC
-    allowed_from: str = "Same"
-    allowed_selector: LabelSelector | None = None
-    """For ``allowed_from == "Selector"``: the namespaces it admits; None admits none."""
-    xfcc_client_identity: bool = False
-    """Rule 8."""
-    sandwich: bool = False
-    """A Gateway of another class than ``istio-waypoint`` (rule 1): bound to and tunnelled to like a waypoint,
-    served by its own gateway config."""
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-    def admits(self, namespace: str, namespace_labels: Mapping[str, str]) -> bool:
-        """Whether an object of ``namespace`` may bind to this waypoint (rule 3)."""
-        if self.allowed_from == "All":
-            return True
-        if self.allowed_from == "Selector":
-            return self.allowed_selector is not None and self.allowed_selector.matches(namespace_labels)
-        return namespace == self.namespace
-
-    def takes(self, traffic: str) -> bool:
-        return self.traffic_type in (traffic, ALL_TRAFFIC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,80 +164,6 @@ def _canary_refused(reason: str, message: str) -> Binding:
     return Binding(reason=reason, message=message)
 
 
-def _gateway_address(gateway: Obj, network: str) -> GatewayAddress | None:
-    status = gateway.get("status")
-    addresses = status.get("addresses") if isinstance(status, Mapping) else None
-    entries = [a for a in addresses if isinstance(a, Mapping)] if isinstance(addresses, list) else []
-    namespace = _meta_text(gateway, "namespace")
-    for entry in entries:
-        value = entry.get("value")
-        if entry.get("type") == "Hostname" and isinstance(value, str) and value and value.isprintable():
-            return GatewayAddress(NamespacedHostname(namespace, value), HBONE_MTLS_PORT)
-    for entry in entries:
-        value = entry.get("value")
-        if entry.get("type") in (None, "IPAddress") and isinstance(value, str):
-            try:
-                return GatewayAddress(NetworkAddress(network, parse_ip(value)), HBONE_MTLS_PORT)
-            except AddressError:
-                continue
-    return None
-
-
-def _inbound_binding(gateway: Obj, gateway_class: Obj | None) -> tuple[ApplicationTunnel | None, Skipped | None]:
-    """Rule 12: the binding, and the problem to report (on the object that carries the annotation)."""
-    own = _annotations(gateway)
-    if INBOUND_BINDING in own:
-        value, kind, holder = own[INBOUND_BINDING], GATEWAY, gateway
-    elif gateway_class is not None and INBOUND_BINDING in _annotations(gateway_class):
-        value, kind, holder = _annotations(gateway_class)[INBOUND_BINDING], GATEWAY_CLASS, gateway_class
-    else:
-        return None, None
-    field_path = f"metadata.annotations[{INBOUND_BINDING!r}]"
-    parts = value.split("/")
-    if len(parts) > 2:
-        reason = f'invalid value {value!r}: must be of the format "<protocol>" or "<protocol>/<port>"'
-        return None, skipped(kind, holder, field_path, reason)
-    protocol = {"NONE": AppTunnelProtocol.NONE, "PROXY": AppTunnelProtocol.PROXY}.get(parts[0])
-    if protocol is None:
-        return None, skipped(kind, holder, field_path, f"invalid protocol {parts[0]!r}: only NONE or PROXY")
-    if len(parts) == 1:
-        return ApplicationTunnel(protocol), None
-    text = parts[1]
-    if text.isascii() and text.isdigit() and len(text.lstrip("0")) <= 5 and int(text) <= 65535:
-        return ApplicationTunnel(protocol, int(text)), None
-    reason = f"invalid port {text!r}: expected 0..65535; the client's port is used"
-    return ApplicationTunnel(protocol), skipped(kind, holder, field_path, reason)
-
-
-def _bound_listener(listener: Obj, tunnel: ApplicationTunnel | None) -> bool:
-    """Whether ``listener`` is the one the inbound binding names (rule 3)."""
-    if tunnel is None:
-        return False
-    if tunnel.port:
-        return listener.get("port") == tunnel.port
-    return tunnel.protocol is AppTunnelProtocol.PROXY and listener.get("protocol") == SANDWICH_PROXY_PROTOCOL
-
-
-def _allowed_routes(spec: Obj, tunnel: ApplicationTunnel | None = None) -> tuple[str, LabelSelector | None]:
-    listeners = [item for item in spec.get("listeners") or () if isinstance(item, Mapping)]
-    if not isinstance(spec.get("listeners"), list):
-        listeners = []
-    bound = [item for item in listeners if _bound_listener(item, tunnel)]
-    hbone = [item for item in listeners if item.get("protocol") == "HBONE" and item.get("port") == 15008]
-    for listener in (bound or hbone)[:1]:
-        routes = listener.get("allowedRoutes")
-        namespaces = routes.get("namespaces") if isinstance(routes, Mapping) else None
-        if not isinstance(namespaces, Mapping):
-            break
-        origin = namespaces.get("from")
-        if origin == "All":
-            return "All", None
-        if origin == "Selector":
-            return "Selector", selector_from_spec(namespaces.get("selector"))
-        break
-    return "Same", None
-
-
 def _use_waypoint(labels: Mapping[str, str], default_namespace: str) -> str | None:
     """``ns/name`` the labels bind to, ``""`` for an explicit ``none``, None when they say nothing (rule 4)."""
     name = labels.get(USE_WAYPOINT)
@@ -422,14 +206,14 @@ class WaypointIndex:
     def build(
         cls, gateways: Iterable[Obj], gateway_classes: Iterable[Obj], namespaces: Iterable[Obj], *, network: str
     ) -> WaypointIndex:
-        classes = {_meta_text(c, "name"): c for c in gateway_classes}
+        classes = {metadata_text(c, "name"): c for c in gateway_classes}
         ready: dict[str, Waypoint] = {}
         declared: set[str] = set()
         tunnels: dict[str, ApplicationTunnel] = {}
         problems: set[Skipped] = set()
         for gateway in gateways:
             spec = gateway.get("spec")
-            name, namespace = _meta_text(gateway, "name"), _meta_text(gateway, "namespace")
+            name, namespace = metadata_text(gateway, "name"), metadata_text(gateway, "namespace")
             class_name = spec.get("gatewayClassName") if isinstance(spec, Mapping) else None
             if not isinstance(spec, Mapping) or not isinstance(class_name, str) or not class_name or not name:
                 continue
@@ -439,26 +223,26 @@ class WaypointIndex:
             if not sandwich:
                 declared.add(f"{namespace}/{name}")
             gateway_class = classes.get(class_name)
-            tunnel, problem = _inbound_binding(gateway, gateway_class)
+            tunnel, problem = inbound_binding(gateway, gateway_class)
             if tunnel is not None:
                 tunnels[f"{namespace}/{name}"] = tunnel
             if problem is not None:
                 problems.add(problem)
-            address = _gateway_address(gateway, network)
+            address = gateway_address(gateway, network)
             if address is None:
                 continue
             class_for = object_labels(gateway_class).get(WAYPOINT_FOR) if gateway_class is not None else None
-            class_annotations = _annotations(gateway_class) if gateway_class is not None else {}
-            allowed_from, selector = _allowed_routes(spec, tunnel)
+            class_annotations = object_annotations(gateway_class) if gateway_class is not None else {}
+            allowed_from, selector = allowed_routes(spec, tunnel)
             own_labels = object_labels(gateway)
             traffic = own_labels.get(WAYPOINT_FOR, SERVICE_TRAFFIC if class_for is None else class_for)
-            xfcc = _xfcc_client_identity(gateway, class_annotations)
+            xfcc = xfcc_client_identity(gateway, class_annotations)
             ready[f"{namespace}/{name}"] = Waypoint(
                 namespace, name, address, traffic, allowed_from, selector, xfcc, sandwich
             )
         namespace_list = list(namespaces)
-        labels = {_meta_text(ns, "name"): object_labels(ns) for ns in namespace_list}
-        annotations = {_meta_text(ns, "name"): object_annotations(ns) for ns in namespace_list}
+        labels = {metadata_text(ns, "name"): object_labels(ns) for ns in namespace_list}
+        annotations = {metadata_text(ns, "name"): object_annotations(ns) for ns in namespace_list}
         return cls(ready, frozenset(declared), labels, annotations, tunnels, tuple(sorted(problems)))
 
     def _target(self, namespace: str, labels: Mapping[str, str]) -> tuple[Binding, bool]:
@@ -571,54 +355,3 @@ class WaypointIndex:
 
     def ingress_label_present(self, namespace: str, labels: Mapping[str, str]) -> bool:
         return INGRESS_USE_WAYPOINT in labels or INGRESS_USE_WAYPOINT in self.namespace_labels.get(namespace, {})
-
-
-def bound_status(obj: Obj, binding: Binding, *, ingress_label: bool = False) -> PolicyStatus | None:
-    """The ``istio.io/WaypointBound`` condition for a Service or ServiceEntry, or None for none (rule 7)."""
-    meta = obj.get("metadata")
-    generation = meta.get("generation") if isinstance(meta, Mapping) else None
-    namespace, name = _meta_text(obj, "namespace"), _meta_text(obj, "name")
-    observed = generation if isinstance(generation, int) and not isinstance(generation, bool) else 0
-    if binding.waypoint is not None:
-        message = f"Successfully attached to waypoint {binding.waypoint.key}"
-        if binding.ingress_use_waypoint:
-            message += ". Ingress traffic will traverse the waypoint"
-        elif ingress_label:
-            message += (
-                ". Ingress traffic is not using the waypoint, set the istio.io/ingress-use-waypoint label to true"
-                " if desired."
-            )
-        if binding.reason:
-            message += f". Canary waypoint not attached: {binding.message}"
-        return PolicyStatus(namespace, name, observed, True, "WaypointAccepted", message, WAYPOINT_BOUND)
-    if binding.reason:
-        return PolicyStatus(namespace, name, observed, False, binding.reason, binding.message, WAYPOINT_BOUND)
-    return None
-
-
-def races_first_connect(obj: Obj) -> bool:
-    """Whether a ServiceEntry asks for racing connects to its resolved addresses (``istio.io/connect-strategy:
-    RACE_FIRST_TCP_CONNECT``, read in any case as istiod's ``GetDNSConnectStrategy`` does)."""
-    return object_annotations(obj).get(CONNECT_STRATEGY, "").casefold() == RACE_FIRST_TCP_CONNECT.casefold()
-
-
-def missing_status(obj: Obj, binding: Binding) -> PolicyStatus | None:
-    """The ``istio.io/WaypointMissing`` condition of a ServiceEntry, or None for none (rule 11)."""
-    if binding.waypoint is not None:
-        return None
-    meta = obj.get("metadata")
-    generation = meta.get("generation") if isinstance(meta, Mapping) else None
-    observed = generation if isinstance(generation, int) and not isinstance(generation, bool) else 0
-    namespace, name = _meta_text(obj, "namespace"), _meta_text(obj, "name")
-    if races_first_connect(obj):
-        message = (
-            "ServiceEntry has a non-default connect strategy but no waypoint bound. "
-            "A waypoint is required for connect strategies to take effect for ambient clients."
-        )
-        return PolicyStatus(namespace, name, observed, True, NO_WAYPOINT_FOR_RACING, message, WAYPOINT_MISSING)
-    spec = obj.get("spec")
-    hosts = spec.get("hosts") if isinstance(spec, Mapping) else None
-    if isinstance(hosts, list) and any(isinstance(h, str) and h.startswith("*") for h in hosts):
-        message = "ServiceEntry will not apply until it is bound to a valid waypoint."
-        return PolicyStatus(namespace, name, observed, True, NO_WAYPOINT_FOR_WILDCARD, message, WAYPOINT_MISSING)
-    return None
