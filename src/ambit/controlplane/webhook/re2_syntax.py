@@ -312,8 +312,17 @@ def _tree_problem(items: Any) -> str | None:
     return None
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
 def re2_problem(pattern: str) -> str | None:
-    """Why Go's ``regexp.Compile`` would refuse ``pattern`` (the module's rules), or None."""
+    """Why Go's ``regexp.Compile`` would refuse ``pattern`` (the module's rules), or None; on one line, a control
+    character of the pattern quoted in it written as its escape (``\\n``)."""
+    problem = _problem(pattern)
+    return None if problem is None else _CONTROL.sub(lambda m: repr(m.group())[1:-1], problem)
+
+
+def _problem(pattern: str) -> str | None:
     if len(pattern) > MAX_PATTERN:
         return f"regex is too large, max length allowed is {MAX_PATTERN}"
     try:
