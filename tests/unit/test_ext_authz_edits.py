@@ -1,5 +1,6 @@
 """What a gRPC authorizer's ``HeaderValueOption`` does to the request, the response and a denial
-(waypoint.ext_authz_edits rules 1-4, waypoint.ext_authz rules 8 and 11)."""
+(waypoint.ext_authz_edits rules 1-4, waypoint.ext_authz rules 8 and 11), and what it does to the route match
+(waypoint.ext_authz rule 12)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from hypothesis import strategies as st
 
 from ambit.model.envoyfilter import HeaderAction, HeaderOp
 from ambit.model.extauthz import ExtAuthzProvider, ProviderKind
-from ambit.waypoint.decisions import RequestHead
+from ambit.model.routes import BackendService, RouteMatch, RouteRule, RouteTable, ValueMatch, WeightedBackend
+from ambit.waypoint.decisions import Forward, RequestHead
 from ambit.waypoint.envoy_patches import apply_header_ops
 from ambit.waypoint.ext_authz import CheckAllowed, CheckDenied, apply_allowed, judge_grpc_answer
 from ambit.waypoint.ext_authz_edits import RequestEdit, Write, edit_request_headers, request_edit, response_op
@@ -23,6 +25,7 @@ from ambit.waypoint.ext_authz_wire import (
     decode_check_response,
     encode_check_response,
 )
+from ambit.waypoint.routing import waypoint_route
 
 GRPC = ExtAuthzProvider("g", ProviderKind.GRPC, "authz", 9000)
 CLIENT = (("x-user", "mallory"), ("x-tag", "a"), ("accept", "*/*"))
@@ -156,3 +159,36 @@ def test_an_overwrite_leaves_one_value_and_nothing_else_is_lost(
     if edits and edits[-1].write is Write.OVERWRITE:
         assert [v for n, v in out if n == edits[-1].name] == [edits[-1].value]
     assert len(out) <= len(headers) + len(edits)
+
+
+# --- the route cache (ext_authz rule 12) ----------------------------------------------------------------------------
+
+ECHO = BackendService("app", "echo.app.svc.cluster.local", 80)
+MARKED = RouteRule("HTTPRoute/app/marked", RouteMatch(headers=(ValueMatch("x-user", "bob"),)), backends=())
+REST = RouteRule("HTTPRoute/app/rest", RouteMatch(), backends=(WeightedBackend(ECHO),))
+TABLE = RouteTable("app/echo.app.svc.cluster.local", 80, http=(MARKED, REST))
+
+
+def test_an_edited_request_is_routed_on_its_headers_as_they_were() -> None:
+    head = RequestHead("GET", "/", "svc:80", CLIENT)
+    edited = apply_allowed(head, _allowed(HeaderOption("x-user", "bob")), ())[0]
+    assert (edited.headers, edited.route_headers) == (AS_BOB, CLIENT)
+    again = apply_allowed(edited, _allowed(HeaderOption("x-user", "carol")), ())[0]
+    assert again.route_headers == CLIENT  # still the headers the route was picked on
+    decision = waypoint_route(TABLE, ECHO, edited, 0.5)
+    assert isinstance(decision, Forward) and decision.route == "HTTPRoute/app/rest"
+    assert ("x-user", "bob") in decision.request.headers and ("x-forwarded-proto", "http") in decision.request.headers
+    assert waypoint_route(TABLE, ECHO, RequestHead("GET", "/", "svc:80", AS_BOB), 0.5).route == "HTTPRoute/app/marked"
+
+
+def test_an_answer_that_changes_nothing_leaves_the_route_free() -> None:
+    head = RequestHead("GET", "/", "svc:80", CLIENT)
+    assert apply_allowed(head, _allowed(HeaderOption("x-tag", "b", None, ADD_IF_ABSENT)), ())[0].route_headers is None
+    assert apply_allowed(head, CheckAllowed(), ())[0] is head
+
+
+def test_edits_the_route_match_sees_go_to_both_header_lists() -> None:
+    head = RequestHead("GET", "/", "svc:80", AS_BOB, route_headers=CLIENT)
+    both = head.edit_headers(lambda headers: (*headers, ("x-forwarded-for", "10.0.0.1")))
+    assert both.headers[-1] == both.route_headers[-1] == ("x-forwarded-for", "10.0.0.1")  # type: ignore[index]
+    assert RequestHead("GET", "/", "h").edit_headers(lambda h: (*h, ("a", "1"))).route_headers is None

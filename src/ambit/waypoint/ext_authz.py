@@ -59,6 +59,11 @@ Rules:
     ignores a CUSTOM policy with an HTTP provider on a TCP chain); several providers deny it.
 11. A gRPC answer's ``HeaderValueOption`` says how its header is written
     (:mod:`ambit.waypoint.ext_authz_edits`).
+12. The route cache: istiod's ``ext_authz`` filter leaves ``clear_route_cache`` off, so Envoy forwards by the route
+    it picked before the check: the authorizer's request edits (and removals) reach the backend, the DENY and ALLOW
+    policies and the route's own header edits, but not the route match, which reads the headers as they were
+    (:attr:`~ambit.waypoint.decisions.RequestHead.route_headers`). An HTTP filter of an EnvoyFilter that edits the
+    request afterwards clears the cache, and the route is then picked on the headers as they are.
 """
 
 from __future__ import annotations
@@ -304,12 +309,15 @@ def check_attributes(
 def apply_allowed(
     head: RequestHead, allowed: CheckAllowed, response_ops: tuple[HeaderOp, ...]
 ) -> tuple[RequestHead, tuple[HeaderOp, ...]]:
-    """The request with the authorizer's upstream headers written in order, then those it names removed; and the
-    response edits with its downstream ones first (rules 5, 8, 9, 11)."""
+    """The request with the authorizer's upstream headers written in order, then those it names removed, routed
+    on its headers as they were; and the response edits with its downstream ones first (rules 5, 8, 9, 11, 12)."""
     if allowed.upstream or allowed.remove:
         edited = edit_request_headers(head.headers, allowed.upstream)
         removed = set(allowed.remove)
-        head = dataclasses.replace(head, headers=tuple((n, v) for n, v in edited if n not in removed))
+        headers = tuple((n, v) for n, v in edited if n not in removed)
+        if headers != head.headers:
+            routed = head.headers if head.route_headers is None else head.route_headers
+            head = dataclasses.replace(head, headers=headers, route_headers=routed)
     return head, allowed.downstream + response_ops
 
 
