@@ -320,7 +320,7 @@ async def serve_request(
             service,
             port,
             members=backend.members,
-            locality=backend.locality(ctx.random),
+            locality=backend.locality(ctx.random, config.mesh_locality),
             choose=choose,
             transport=transport,
             report=_outlier_reporter(ctx, backend, service),

@@ -250,6 +250,7 @@ class IngressGateway(Waypoint):
                 request_authentications=config.request_authentications,
                 destination_rules=config.destination_rules,
                 envoy_patches=config.envoy_patches,
+                mesh_locality=config.mesh_locality,
             )
         )
         self.context.jwks.update(config.request_authentications)

@@ -79,6 +79,7 @@ from ambit.controlplane.translate.workloadentries import translate_workload_entr
 from ambit.controlplane.translate.workloads import translate_pod
 from ambit.model.ingress import GatewayConfig
 from ambit.model.localconfig import LocalConfig
+from ambit.model.locality_lb import MESH_DEFAULT as MESH_LOCALITY
 from ambit.model.routes import WaypointConfig
 from ambit.model.workload import Locality, Workload
 
@@ -475,6 +476,9 @@ def translate_all(
             )
             for c in waypoint_configs
         )
+    if mesh.locality_lb != MESH_LOCALITY:  # the mesh config's localityLbSetting, for the rules that state none
+        waypoint_configs = tuple(replace(c, mesh_locality=mesh.locality_lb) for c in waypoint_configs)
+        gateway_configs = tuple(replace(c, mesh_locality=mesh.locality_lb) for c in gateway_configs)
     translation = Translation(
         config=LocalConfig(workloads=all_workloads, services=side.sorted_services, policies=policy.policies),
         skipped=tuple(sorted(set(skips))),
