@@ -192,3 +192,12 @@ def test_edits_the_route_match_sees_go_to_both_header_lists() -> None:
     both = head.edit_headers(lambda headers: (*headers, ("x-forwarded-for", "10.0.0.1")))
     assert both.headers[-1] == both.route_headers[-1] == ("x-forwarded-for", "10.0.0.1")  # type: ignore[index]
     assert RequestHead("GET", "/", "h").edit_headers(lambda h: (*h, ("a", "1"))).route_headers is None
+
+
+def test_the_route_match_sees_the_waypoints_forwarded_proto_even_when_the_authorizer_set_one() -> None:
+    https = RouteRule("HTTPRoute/app/https", RouteMatch(headers=(ValueMatch("x-forwarded-proto", "https"),)))
+    plain = RouteRule("HTTPRoute/app/http", RouteMatch(headers=(ValueMatch("x-forwarded-proto", "http"),)))
+    table = RouteTable("app/echo.app.svc.cluster.local", 80, http=(https, plain))
+    head = RequestHead("GET", "/", "svc:80", CLIENT)
+    edited = apply_allowed(head, _allowed(HeaderOption("x-forwarded-proto", "https")), ())[0]
+    assert waypoint_route(table, ECHO, edited, 0.5).route == "HTTPRoute/app/http"

@@ -366,7 +366,8 @@ def waypoint_route(
     table: RouteTable | None, destination: BackendService, request: RequestHead, random: float
 ) -> Decision:
     """The waypoint's :data:`~ambit.waypoint.decisions.Router`: rule 12, then :func:`route`."""
-    if request.header(FORWARDED_PROTO) is not None:
+    routed = request.route_headers
+    if request.header(FORWARDED_PROTO) is not None and (routed is None or any(n == FORWARDED_PROTO for n, _ in routed)):
         return route(table, destination, request, random)
     return route(table, destination, request.edit_headers(_with_forwarded_proto), random)
 
