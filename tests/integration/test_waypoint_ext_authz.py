@@ -28,7 +28,16 @@ from tests.integration.waypoint_rig import (
 from ambit.lab.ext_authz_app import serve
 from ambit.model.extauthz import ExtAuthzProvider, HeaderPattern, ProviderKind
 from ambit.model.policy import Action, Clause, Match, Policy, Rule, Scope, StringMatch
-from ambit.model.routes import WaypointConfig
+from ambit.model.routes import (
+    BackendService,
+    DirectResponse,
+    RouteMatch,
+    RouteRule,
+    RouteTable,
+    ValueMatch,
+    WaypointConfig,
+    WeightedBackend,
+)
 from ambit.proxy.hbone_client import TunnelRefusedError
 from ambit.waypoint.settings import WaypointLimits
 
@@ -205,6 +214,28 @@ async def test_the_body_goes_to_the_authorizer_and_on_to_the_backend_whole(rig: 
 
 
 # --- a gRPC provider: the lab's ext-authz app (Istio's sample) as the authorizer ----------------------------------
+
+
+async def test_the_route_is_picked_on_the_headers_before_the_check(rig: tuple[Rig, Authorizer]) -> None:
+    """istiod leaves ``clear_route_cache`` off: the authorizer's header reaches the backend but not the route match
+    (ext_authz rule 12)."""
+    waypoint, _ = rig
+    echo = "echo.app.svc.cluster.local"
+    marked = RouteRule(
+        "HTTPRoute/app/marked",
+        RouteMatch(headers=(ValueMatch("x-ext-authz-check-result", "allowed"),)),
+        direct_response=DirectResponse(418, b"marked"),
+    )
+    rest = RouteRule("HTTPRoute/app/rest", RouteMatch(), backends=(WeightedBackend(BackendService("app", echo, 80)),))
+    rules = (Rule((Clause((Match(paths=(StringMatch.prefix("/echo"),)),)),)),)
+    custom = Policy("ext-authz", "app", Scope.WAYPOINT, Action.CUSTOM, rules, ext_authz=provider())
+    table = RouteTable(f"app/{echo}", 80, http=(marked, rest))
+    waypoint.waypoint.context.routes.replace(WaypointConfig("app/waypoint", (table,), policies=(custom,)))
+    status, _, body = await call(waypoint, "/echo", [("x-ext-authz", "allow")])
+    assert status == 200  # the route for the headers as they arrived, not the one the authorizer's header would pick
+    assert json.loads(body)["headers"]["x-ext-authz-check-result"] == "allowed"  # yet the backend sees it
+    status, _, body = await call(waypoint, "/echo", [("x-ext-authz", "allow"), ("x-ext-authz-check-result", "allowed")])
+    assert (status, body) == (418, b"marked")  # the client's own header picks it, before the authorizer's replaces it
 
 
 @pytest.fixture

@@ -30,6 +30,7 @@ from ambit.controlplane.translate.waypoint_policies import (
     translate_selected_policy,
     translate_waypoint_policy,
 )
+from ambit.model.envoyfilter import HeaderAction, HeaderOp
 from ambit.model.extauthz import MAX_CHECK_BODY, ExtAuthzProvider, HeaderPattern, ProviderKind
 from ambit.model.policy import Action, Clause, Match, Policy, Rule, Scope, StringMatch
 from ambit.rbac import Connection, Request
@@ -44,6 +45,7 @@ from ambit.waypoint.ext_authz import (
     on_error,
 )
 from ambit.waypoint.ext_authz_body import ReplayingSide, read_ahead
+from ambit.waypoint.ext_authz_edits import RequestEdit
 from ambit.waypoint.http1 import BodyData, Event, MessageEnded, Signal
 from ambit.xds.authorization import PolicyReader
 from ambit.xds.errors import XdsConversionError
@@ -448,7 +450,7 @@ def test_a_200_allows_with_the_named_headers_up_and_down() -> None:
         ("content-length", "0"),
     )
     assert judge_http_answer(ext, 200, answer, b"") == CheckAllowed(
-        (("x-ext-authz-check-result", "allowed"),), (("set-cookie", "a=1"),)
+        (RequestEdit("x-ext-authz-check-result", "allowed"),), (HeaderOp(HeaderAction.APPEND, "set-cookie", "a=1"),)
     )
     assert judge_http_answer(provider(), 200, answer, b"ignored") == CheckAllowed()
 

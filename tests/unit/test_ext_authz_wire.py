@@ -16,18 +16,25 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ambit.lab.ext_authz_app import DENY_BODY, decide, grpc_answer, http_answer
+from ambit.model.envoyfilter import HeaderAction, HeaderOp
 from ambit.model.extauthz import ExtAuthzProvider, ProviderKind
 from ambit.waypoint.decisions import RequestHead
 from ambit.waypoint.ext_authz import CheckAllowed, CheckDenied, check_attributes, judge_grpc_answer
+from ambit.waypoint.ext_authz_edits import RequestEdit
 from ambit.waypoint.ext_authz_wire import (
+    ADD_IF_ABSENT,
     MAX_HEADERS,
+    OVERWRITE_IF_EXISTS,
+    OVERWRITE_IF_EXISTS_OR_ADD,
     CheckAnswer,
     CheckAttributes,
     ExtAuthzWireError,
+    HeaderOption,
     decode_check_request,
     decode_check_response,
     encode_check_request,
     encode_check_response,
+    options,
 )
 
 # Envoy's messages cut to the fields the waypoint uses, with Envoy's field numbers (external_auth.proto,
@@ -48,7 +55,8 @@ message CheckRequest { AttributeContext attributes = 1; }
 message RpcStatus { int32 code = 1; string message = 2; }
 message HttpStatus { int32 code = 1; }
 message HeaderValue { string key = 1; string value = 2; }
-message HeaderValueOption { HeaderValue header = 1; }
+message BoolValue { bool value = 1; }
+message HeaderValueOption { HeaderValue header = 1; BoolValue append = 2; int32 append_action = 3; }
 message DeniedHttpResponse { HttpStatus status = 1; repeated HeaderValueOption headers = 2; string body = 3; }
 message OkHttpResponse {
   repeated HeaderValueOption headers = 2; repeated string headers_to_remove = 5;
@@ -126,20 +134,64 @@ def test_check_responses_written_by_the_runtime_are_read(ref: ModuleType) -> Non
     ok.ok_response.headers_to_remove.append("authorization")
     ok.ok_response.response_headers_to_add.add(header=ref.HeaderValue(key="set-cookie", value="s=1"))
     assert decode_check_response(ok.SerializeToString()) == CheckAnswer(
-        0, ok_headers=(("x-user", "alice"),), ok_headers_to_remove=("authorization",),
-        ok_response_headers=(("set-cookie", "s=1"),),
+        0, ok_headers=options((("x-user", "alice"),)), ok_headers_to_remove=("authorization",),
+        ok_response_headers=options((("set-cookie", "s=1"),)),
     )  # fmt: skip
     denied = ref.CheckResponse(status=ref.RpcStatus(code=7, message="no"))
     denied.denied_response.status.code = 401
     denied.denied_response.headers.add(header=ref.HeaderValue(key="www-authenticate", value="Basic"))
     denied.denied_response.body = "who are you"
     assert decode_check_response(denied.SerializeToString()) == CheckAnswer(
-        7, "no", 401, (("www-authenticate", "Basic"),), "who are you"
+        7, "no", 401, options((("www-authenticate", "Basic"),)), "who are you"
     )
 
 
+def test_header_options_append_and_append_action_are_read_as_the_runtime_writes_them(ref: ModuleType) -> None:
+    ok = ref.CheckResponse(status=ref.RpcStatus(code=0))
+    ok.ok_response.headers.add(header=ref.HeaderValue(key="x-a", value="1"))  # neither set
+    ok.ok_response.headers.add(header=ref.HeaderValue(key="x-b", value="2"), append=ref.BoolValue(value=True))
+    ok.ok_response.headers.add(header=ref.HeaderValue(key="x-c", value="3"), append=ref.BoolValue())  # set, false
+    ok.ok_response.headers.add(header=ref.HeaderValue(key="x-d", value="4"), append_action=ADD_IF_ABSENT)
+    ok.ok_response.response_headers_to_add.add(
+        header=ref.HeaderValue(key="set-cookie", value="s=1"), append_action=OVERWRITE_IF_EXISTS
+    )
+    ok.ok_response.response_headers_to_add.add(header=ref.HeaderValue(key="x-e", value="5"), append_action=-7)
+    answer = decode_check_response(ok.SerializeToString())
+    assert answer.ok_headers == (
+        HeaderOption("x-a", "1"),
+        HeaderOption("x-b", "2", True),
+        HeaderOption("x-c", "3", False),
+        HeaderOption("x-d", "4", None, ADD_IF_ABSENT),
+    )
+    assert answer.ok_response_headers == (
+        HeaderOption("set-cookie", "s=1", None, OVERWRITE_IF_EXISTS),
+        HeaderOption("x-e", "5", None, -7),
+    )
+    back = ref.CheckResponse.FromString(encode_check_response(answer))
+    assert back == ok  # the same message, field for field, presence of the wrapper included
+    assert [h.HasField("append") for h in back.ok_response.headers] == [False, True, True, False]
+    denied = ref.CheckResponse(status=ref.RpcStatus(code=7))
+    denied.denied_response.headers.add(
+        header=ref.HeaderValue(key="set-cookie", value="a=1"), append_action=OVERWRITE_IF_EXISTS_OR_ADD
+    )
+    assert decode_check_response(denied.SerializeToString()).denied_headers == (
+        HeaderOption("set-cookie", "a=1", None, OVERWRITE_IF_EXISTS_OR_ADD),
+    )
+
+
+def test_a_repeated_header_or_append_field_merges_as_protobuf_merges(ref: ModuleType) -> None:
+    first = ref.HeaderValueOption(header=ref.HeaderValue(key="x-a", value="1"), append=ref.BoolValue(value=True))
+    second = ref.HeaderValueOption(header=ref.HeaderValue(value="2"), append=ref.BoolValue())
+    option = first.SerializeToString() + second.SerializeToString()  # one option written in two pieces
+    ok = bytes([0x12, len(option)]) + option  # OkHttpResponse.headers (field 2)
+    wire = bytes([0x0A, 0x00, 0x1A, len(ok)]) + ok  # status (field 1, empty), ok_response (field 3)
+    parsed = ref.CheckResponse.FromString(wire).ok_response.headers[0]
+    runtime = HeaderOption(parsed.header.key, parsed.header.value, parsed.append.value, parsed.append_action)
+    assert decode_check_response(wire).ok_headers == (runtime,) == (HeaderOption("x-a", "2", True),)
+
+
 def test_check_responses_we_write_read_back_in_the_runtime(ref: ModuleType) -> None:
-    answer = CheckAnswer(7, "denied", 403, (("x-ext-authz-check-result", "denied"),), DENY_BODY)
+    answer = CheckAnswer(7, "denied", 403, options((("x-ext-authz-check-result", "denied"),)), DENY_BODY)
     message = ref.CheckResponse.FromString(encode_check_response(answer))
     assert (message.status.code, message.denied_response.status.code, message.denied_response.body) == (
         7,
@@ -150,7 +202,8 @@ def test_check_responses_we_write_read_back_in_the_runtime(ref: ModuleType) -> N
 
 
 _text = st.text(max_size=12)
-_headers = st.lists(st.tuples(_text, _text), max_size=4).map(tuple)
+_option = st.builds(HeaderOption, _text, _text, st.none() | st.booleans(), st.integers(-(2**31), 2**31 - 1))
+_headers = st.lists(_option, max_size=4).map(tuple)
 
 
 @given(
@@ -193,7 +246,7 @@ def test_any_bytes_decode_or_raise_the_wire_error(data: bytes) -> None:
 
 
 def test_too_many_headers_are_refused() -> None:
-    answer = CheckAnswer(0, ok_headers=tuple((f"h{i}", "v") for i in range(MAX_HEADERS + 1)))
+    answer = CheckAnswer(0, ok_headers=options(tuple((f"h{i}", "v") for i in range(MAX_HEADERS + 1))))
     with pytest.raises(ExtAuthzWireError, match="more than"):
         decode_check_response(encode_check_response(answer))
 
@@ -206,17 +259,19 @@ GRPC = ExtAuthzProvider("g", ProviderKind.GRPC, "authz", 9000)
 def test_an_ok_answer_sets_removes_and_adds_headers_but_never_pseudo_headers_or_host() -> None:
     answer = CheckAnswer(
         0,
-        ok_headers=(("X-User", "alice"), (":path", "/evil"), ("host", "evil")),
+        ok_headers=options((("X-User", "alice"), (":path", "/evil"), ("host", "evil"))),
         ok_headers_to_remove=("Authorization", ":authority"),
-        ok_response_headers=(("set-cookie", "s=1"),),
+        ok_response_headers=options((("set-cookie", "s=1"),)),
     )
     assert judge_grpc_answer(GRPC, answer) == CheckAllowed(
-        (("x-user", "alice"),), (("set-cookie", "s=1"),), ("authorization",)
+        (RequestEdit("x-user", "alice"),), (HeaderOp(HeaderAction.APPEND, "set-cookie", "s=1"),), ("authorization",)
     )
 
 
 def test_a_denial_uses_its_status_or_403() -> None:
-    denied = judge_grpc_answer(GRPC, CheckAnswer(7, denied_status=401, denied_body="x", denied_headers=(("a", "b"),)))
+    denied = judge_grpc_answer(
+        GRPC, CheckAnswer(7, denied_status=401, denied_body="x", denied_headers=options((("a", "b"),)))
+    )
     assert isinstance(denied, CheckDenied) and (denied.status, denied.body, denied.headers) == (
         401,
         b"x",
@@ -254,7 +309,7 @@ def test_the_sample_allows_on_its_header_or_its_service_account() -> None:
 
 def test_the_samples_grpc_answers() -> None:
     allowed = decode_check_response(grpc_answer(encode_check_request(ATTRIBUTES)))
-    assert allowed.code == 0 and ("x-ext-authz-check-result", "allowed") in allowed.ok_headers
+    assert allowed.code == 0 and HeaderOption("x-ext-authz-check-result", "allowed") in allowed.ok_headers
     by_account = CheckAttributes("GET", "/", "h", (), source_principal="spiffe://td/ns/foo/sa/a")
     assert decode_check_response(grpc_answer(encode_check_request(by_account))).code == 0
     denied = decode_check_response(grpc_answer(encode_check_request(by_account), allowed_account="b"))
@@ -272,9 +327,9 @@ def test_the_lab_runs_the_app() -> None:
 @pytest.mark.parametrize(
     "answer",
     [
-        CheckAnswer(0, ok_headers=(("x-a", "1\r\nx-b: 2"),)),
-        CheckAnswer(0, ok_response_headers=(("bad name", "1"),)),
-        CheckAnswer(7, denied_headers=(("x-a", "\x00"),)),
+        CheckAnswer(0, ok_headers=options((("x-a", "1\r\nx-b: 2"),))),
+        CheckAnswer(0, ok_response_headers=options((("bad name", "1"),))),
+        CheckAnswer(7, denied_headers=options((("x-a", "\x00"),))),
     ],
 )
 def test_an_answer_header_that_could_split_a_head_is_an_error(answer: CheckAnswer) -> None:

@@ -26,27 +26,27 @@ from ambit.api import requestauth_pb2 as ambit_dot_api_dot_requestauth__pb2
 from ambit.api import waypoint_pb2 as ambit_dot_api_dot_waypoint__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x61mbit/api/gateway.proto\x12\x10\x61mbit.gateway.v1\x1a\x1b\x61mbit/api/requestauth.proto\x1a\x18\x61mbit/api/waypoint.proto\"\x8a\x03\n\rGatewayConfig\x12\x0f\n\x07gateway\x18\x01 \x01(\t\x12-\n\tlisteners\x18\x02 \x03(\x0b\x32\x1a.ambit.gateway.v1.Listener\x12\x33\n\x08policies\x18\x03 \x03(\x0b\x32!.ambit.waypoint.v1.WaypointPolicy\x12I\n\x17request_authentications\x18\x04 \x03(\x0b\x32(.ambit.waypoint.v1.RequestAuthentication\x12?\n\x11\x64\x65stination_rules\x18\x05 \x03(\x0b\x32$.ambit.waypoint.v1.DestinationPolicy\x12\x36\n\renvoy_patches\x18\x06 \x01(\x0b\x32\x1f.ambit.waypoint.v1.EnvoyPatches\x12@\n\x13\x66orward_client_cert\x18\x07 \x01(\x0e\x32#.ambit.gateway.v1.ForwardClientCert\"0\n\x0b\x43\x65rtificate\x12\x10\n\x08\x63\x65rt_pem\x18\x01 \x01(\x0c\x12\x0f\n\x07key_pem\x18\x02 \x01(\x0c\"\x9d\x01\n\x0bVirtualHost\x12\x10\n\x08hostname\x18\x01 \x01(\t\x12*\n\x04http\x18\x02 \x03(\x0b\x32\x1c.ambit.waypoint.v1.RouteRule\x12\x38\n\x0ctcp_backends\x18\x03 \x03(\x0b\x32\".ambit.waypoint.v1.WeightedBackend\x12\x16\n\x0ehttps_redirect\x18\x04 \x01(\x08\"\xcc\x01\n\x0bListenerTls\x12\'\n\x04mode\x18\x01 \x01(\x0e\x32\x19.ambit.gateway.v1.TlsMode\x12\x0e\n\x06\x63\x61_pem\x18\x02 \x01(\x0c\x12\x19\n\x11subject_alt_names\x18\x03 \x03(\t\x12\x13\n\x0bspki_sha256\x18\x04 \x03(\x0c\x12\x13\n\x0b\x63\x65rt_sha256\x18\x05 \x03(\x0c\x12\x13\n\x0bmin_version\x18\x06 \x01(\r\x12\x13\n\x0bmax_version\x18\x07 \x01(\r\x12\x15\n\rcipher_suites\x18\x08 \x03(\t\"\x85\x02\n\x08Listener\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04port\x18\x02 \x01(\r\x12\x34\n\x08protocol\x18\x03 \x01(\x0e\x32\".ambit.gateway.v1.ListenerProtocol\x12\x10\n\x08hostname\x18\x04 \x01(\t\x12\x33\n\x0c\x63\x65rtificates\x18\x05 \x03(\x0b\x32\x1d.ambit.gateway.v1.Certificate\x12\x34\n\rvirtual_hosts\x18\x06 \x03(\x0b\x32\x1d.ambit.gateway.v1.VirtualHost\x12*\n\x03tls\x18\x07 \x01(\x0b\x32\x1d.ambit.gateway.v1.ListenerTls*\x97\x01\n\x11\x46orwardClientCert\x12#\n\x1f\x46ORWARD_CLIENT_CERT_UNSPECIFIED\x10\x00\x12\x0c\n\x08SANITIZE\x10\x01\x12\x10\n\x0c\x46ORWARD_ONLY\x10\x02\x12\x12\n\x0e\x41PPEND_FORWARD\x10\x03\x12\x10\n\x0cSANITIZE_SET\x10\x04\x12\x17\n\x13\x41LWAYS_FORWARD_ONLY\x10\x05*o\n\x10ListenerProtocol\x12!\n\x1dLISTENER_PROTOCOL_UNSPECIFIED\x10\x00\x12\x08\n\x04HTTP\x10\x01\x12\t\n\x05HTTPS\x10\x02\x12\x07\n\x03TLS\x10\x03\x12\x07\n\x03TCP\x10\x04\x12\x11\n\rTLS_TERMINATE\x10\x05*H\n\x07TlsMode\x12\n\n\x06SIMPLE\x10\x00\x12\n\n\x06MUTUAL\x10\x01\x12\x10\n\x0cISTIO_MUTUAL\x10\x02\x12\x13\n\x0fOPTIONAL_MUTUAL\x10\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x61mbit/api/gateway.proto\x12\x10\x61mbit.gateway.v1\x1a\x1b\x61mbit/api/requestauth.proto\x1a\x18\x61mbit/api/waypoint.proto\"\xca\x03\n\rGatewayConfig\x12\x0f\n\x07gateway\x18\x01 \x01(\t\x12-\n\tlisteners\x18\x02 \x03(\x0b\x32\x1a.ambit.gateway.v1.Listener\x12\x33\n\x08policies\x18\x03 \x03(\x0b\x32!.ambit.waypoint.v1.WaypointPolicy\x12I\n\x17request_authentications\x18\x04 \x03(\x0b\x32(.ambit.waypoint.v1.RequestAuthentication\x12?\n\x11\x64\x65stination_rules\x18\x05 \x03(\x0b\x32$.ambit.waypoint.v1.DestinationPolicy\x12\x36\n\renvoy_patches\x18\x06 \x01(\x0b\x32\x1f.ambit.waypoint.v1.EnvoyPatches\x12@\n\x13\x66orward_client_cert\x18\x07 \x01(\x0e\x32#.ambit.gateway.v1.ForwardClientCert\x12>\n\x10mesh_locality_lb\x18\x08 \x01(\x0b\x32$.ambit.waypoint.v1.LocalityLbSetting\"0\n\x0b\x43\x65rtificate\x12\x10\n\x08\x63\x65rt_pem\x18\x01 \x01(\x0c\x12\x0f\n\x07key_pem\x18\x02 \x01(\x0c\"\x9d\x01\n\x0bVirtualHost\x12\x10\n\x08hostname\x18\x01 \x01(\t\x12*\n\x04http\x18\x02 \x03(\x0b\x32\x1c.ambit.waypoint.v1.RouteRule\x12\x38\n\x0ctcp_backends\x18\x03 \x03(\x0b\x32\".ambit.waypoint.v1.WeightedBackend\x12\x16\n\x0ehttps_redirect\x18\x04 \x01(\x08\"\xcc\x01\n\x0bListenerTls\x12\'\n\x04mode\x18\x01 \x01(\x0e\x32\x19.ambit.gateway.v1.TlsMode\x12\x0e\n\x06\x63\x61_pem\x18\x02 \x01(\x0c\x12\x19\n\x11subject_alt_names\x18\x03 \x03(\t\x12\x13\n\x0bspki_sha256\x18\x04 \x03(\x0c\x12\x13\n\x0b\x63\x65rt_sha256\x18\x05 \x03(\x0c\x12\x13\n\x0bmin_version\x18\x06 \x01(\r\x12\x13\n\x0bmax_version\x18\x07 \x01(\r\x12\x15\n\rcipher_suites\x18\x08 \x03(\t\"\x85\x02\n\x08Listener\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04port\x18\x02 \x01(\r\x12\x34\n\x08protocol\x18\x03 \x01(\x0e\x32\".ambit.gateway.v1.ListenerProtocol\x12\x10\n\x08hostname\x18\x04 \x01(\t\x12\x33\n\x0c\x63\x65rtificates\x18\x05 \x03(\x0b\x32\x1d.ambit.gateway.v1.Certificate\x12\x34\n\rvirtual_hosts\x18\x06 \x03(\x0b\x32\x1d.ambit.gateway.v1.VirtualHost\x12*\n\x03tls\x18\x07 \x01(\x0b\x32\x1d.ambit.gateway.v1.ListenerTls*\x97\x01\n\x11\x46orwardClientCert\x12#\n\x1f\x46ORWARD_CLIENT_CERT_UNSPECIFIED\x10\x00\x12\x0c\n\x08SANITIZE\x10\x01\x12\x10\n\x0c\x46ORWARD_ONLY\x10\x02\x12\x12\n\x0e\x41PPEND_FORWARD\x10\x03\x12\x10\n\x0cSANITIZE_SET\x10\x04\x12\x17\n\x13\x41LWAYS_FORWARD_ONLY\x10\x05*o\n\x10ListenerProtocol\x12!\n\x1dLISTENER_PROTOCOL_UNSPECIFIED\x10\x00\x12\x08\n\x04HTTP\x10\x01\x12\t\n\x05HTTPS\x10\x02\x12\x07\n\x03TLS\x10\x03\x12\x07\n\x03TCP\x10\x04\x12\x11\n\rTLS_TERMINATE\x10\x05*H\n\x07TlsMode\x12\n\n\x06SIMPLE\x10\x00\x12\n\n\x06MUTUAL\x10\x01\x12\x10\n\x0cISTIO_MUTUAL\x10\x02\x12\x13\n\x0fOPTIONAL_MUTUAL\x10\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'ambit.api.gateway_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_FORWARDCLIENTCERT']._serialized_start=1179
-  _globals['_FORWARDCLIENTCERT']._serialized_end=1330
-  _globals['_LISTENERPROTOCOL']._serialized_start=1332
-  _globals['_LISTENERPROTOCOL']._serialized_end=1443
-  _globals['_TLSMODE']._serialized_start=1445
-  _globals['_TLSMODE']._serialized_end=1517
+  _globals['_FORWARDCLIENTCERT']._serialized_start=1243
+  _globals['_FORWARDCLIENTCERT']._serialized_end=1394
+  _globals['_LISTENERPROTOCOL']._serialized_start=1396
+  _globals['_LISTENERPROTOCOL']._serialized_end=1507
+  _globals['_TLSMODE']._serialized_start=1509
+  _globals['_TLSMODE']._serialized_end=1581
   _globals['_GATEWAYCONFIG']._serialized_start=101
-  _globals['_GATEWAYCONFIG']._serialized_end=495
-  _globals['_CERTIFICATE']._serialized_start=497
-  _globals['_CERTIFICATE']._serialized_end=545
-  _globals['_VIRTUALHOST']._serialized_start=548
-  _globals['_VIRTUALHOST']._serialized_end=705
-  _globals['_LISTENERTLS']._serialized_start=708
-  _globals['_LISTENERTLS']._serialized_end=912
-  _globals['_LISTENER']._serialized_start=915
-  _globals['_LISTENER']._serialized_end=1176
+  _globals['_GATEWAYCONFIG']._serialized_end=559
+  _globals['_CERTIFICATE']._serialized_start=561
+  _globals['_CERTIFICATE']._serialized_end=609
+  _globals['_VIRTUALHOST']._serialized_start=612
+  _globals['_VIRTUALHOST']._serialized_end=769
+  _globals['_LISTENERTLS']._serialized_start=772
+  _globals['_LISTENERTLS']._serialized_end=976
+  _globals['_LISTENER']._serialized_start=979
+  _globals['_LISTENER']._serialized_end=1240
 # @@protoc_insertion_point(module_scope)

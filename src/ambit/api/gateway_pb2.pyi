@@ -51,7 +51,7 @@ ISTIO_MUTUAL: TlsMode
 OPTIONAL_MUTUAL: TlsMode
 
 class GatewayConfig(_message.Message):
-    __slots__ = ("gateway", "listeners", "policies", "request_authentications", "destination_rules", "envoy_patches", "forward_client_cert")
+    __slots__ = ("gateway", "listeners", "policies", "request_authentications", "destination_rules", "envoy_patches", "forward_client_cert", "mesh_locality_lb")
     GATEWAY_FIELD_NUMBER: _ClassVar[int]
     LISTENERS_FIELD_NUMBER: _ClassVar[int]
     POLICIES_FIELD_NUMBER: _ClassVar[int]
@@ -59,6 +59,7 @@ class GatewayConfig(_message.Message):
     DESTINATION_RULES_FIELD_NUMBER: _ClassVar[int]
     ENVOY_PATCHES_FIELD_NUMBER: _ClassVar[int]
     FORWARD_CLIENT_CERT_FIELD_NUMBER: _ClassVar[int]
+    MESH_LOCALITY_LB_FIELD_NUMBER: _ClassVar[int]
     gateway: str
     listeners: _containers.RepeatedCompositeFieldContainer[Listener]
     policies: _containers.RepeatedCompositeFieldContainer[_waypoint_pb2.WaypointPolicy]
@@ -66,7 +67,8 @@ class GatewayConfig(_message.Message):
     destination_rules: _containers.RepeatedCompositeFieldContainer[_waypoint_pb2.DestinationPolicy]
     envoy_patches: _waypoint_pb2.EnvoyPatches
     forward_client_cert: ForwardClientCert
-    def __init__(self, gateway: _Optional[str] = ..., listeners: _Optional[_Iterable[_Union[Listener, _Mapping]]] = ..., policies: _Optional[_Iterable[_Union[_waypoint_pb2.WaypointPolicy, _Mapping]]] = ..., request_authentications: _Optional[_Iterable[_Union[_requestauth_pb2.RequestAuthentication, _Mapping]]] = ..., destination_rules: _Optional[_Iterable[_Union[_waypoint_pb2.DestinationPolicy, _Mapping]]] = ..., envoy_patches: _Optional[_Union[_waypoint_pb2.EnvoyPatches, _Mapping]] = ..., forward_client_cert: _Optional[_Union[ForwardClientCert, str]] = ...) -> None: ...
+    mesh_locality_lb: _waypoint_pb2.LocalityLbSetting
+    def __init__(self, gateway: _Optional[str] = ..., listeners: _Optional[_Iterable[_Union[Listener, _Mapping]]] = ..., policies: _Optional[_Iterable[_Union[_waypoint_pb2.WaypointPolicy, _Mapping]]] = ..., request_authentications: _Optional[_Iterable[_Union[_requestauth_pb2.RequestAuthentication, _Mapping]]] = ..., destination_rules: _Optional[_Iterable[_Union[_waypoint_pb2.DestinationPolicy, _Mapping]]] = ..., envoy_patches: _Optional[_Union[_waypoint_pb2.EnvoyPatches, _Mapping]] = ..., forward_client_cert: _Optional[_Union[ForwardClientCert, str]] = ..., mesh_locality_lb: _Optional[_Union[_waypoint_pb2.LocalityLbSetting, _Mapping]] = ...) -> None: ...
 
 class Certificate(_message.Message):
     __slots__ = ("cert_pem", "key_pem")

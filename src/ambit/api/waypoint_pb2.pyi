@@ -131,7 +131,7 @@ PROXY_PROTOCOL_V1: ProxyProtocolVersion
 PROXY_PROTOCOL_V2: ProxyProtocolVersion
 
 class WaypointConfig(_message.Message):
-    __slots__ = ("waypoint", "tables", "policies", "request_authentications", "xfcc_client_identity", "destination_rules", "metrics", "services", "race_first_connect", "dynamic_dns", "envoy_patches", "default_retry", "default_per_try_timeout")
+    __slots__ = ("waypoint", "tables", "policies", "request_authentications", "xfcc_client_identity", "destination_rules", "metrics", "services", "race_first_connect", "dynamic_dns", "envoy_patches", "default_retry", "default_per_try_timeout", "mesh_locality_lb")
     WAYPOINT_FIELD_NUMBER: _ClassVar[int]
     TABLES_FIELD_NUMBER: _ClassVar[int]
     POLICIES_FIELD_NUMBER: _ClassVar[int]
@@ -145,6 +145,7 @@ class WaypointConfig(_message.Message):
     ENVOY_PATCHES_FIELD_NUMBER: _ClassVar[int]
     DEFAULT_RETRY_FIELD_NUMBER: _ClassVar[int]
     DEFAULT_PER_TRY_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    MESH_LOCALITY_LB_FIELD_NUMBER: _ClassVar[int]
     waypoint: str
     tables: _containers.RepeatedCompositeFieldContainer[RouteTable]
     policies: _containers.RepeatedCompositeFieldContainer[WaypointPolicy]
@@ -158,7 +159,8 @@ class WaypointConfig(_message.Message):
     envoy_patches: EnvoyPatches
     default_retry: RetryPolicy
     default_per_try_timeout: _duration_pb2.Duration
-    def __init__(self, waypoint: _Optional[str] = ..., tables: _Optional[_Iterable[_Union[RouteTable, _Mapping]]] = ..., policies: _Optional[_Iterable[_Union[WaypointPolicy, _Mapping]]] = ..., request_authentications: _Optional[_Iterable[_Union[_requestauth_pb2.RequestAuthentication, _Mapping]]] = ..., xfcc_client_identity: _Optional[bool] = ..., destination_rules: _Optional[_Iterable[_Union[DestinationPolicy, _Mapping]]] = ..., metrics: _Optional[_Iterable[_Union[_metric_overrides_pb2.ServiceMetrics, _Mapping]]] = ..., services: _Optional[_Iterable[str]] = ..., race_first_connect: _Optional[_Iterable[str]] = ..., dynamic_dns: _Optional[_Iterable[str]] = ..., envoy_patches: _Optional[_Union[EnvoyPatches, _Mapping]] = ..., default_retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., default_per_try_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    mesh_locality_lb: LocalityLbSetting
+    def __init__(self, waypoint: _Optional[str] = ..., tables: _Optional[_Iterable[_Union[RouteTable, _Mapping]]] = ..., policies: _Optional[_Iterable[_Union[WaypointPolicy, _Mapping]]] = ..., request_authentications: _Optional[_Iterable[_Union[_requestauth_pb2.RequestAuthentication, _Mapping]]] = ..., xfcc_client_identity: _Optional[bool] = ..., destination_rules: _Optional[_Iterable[_Union[DestinationPolicy, _Mapping]]] = ..., metrics: _Optional[_Iterable[_Union[_metric_overrides_pb2.ServiceMetrics, _Mapping]]] = ..., services: _Optional[_Iterable[str]] = ..., race_first_connect: _Optional[_Iterable[str]] = ..., dynamic_dns: _Optional[_Iterable[str]] = ..., envoy_patches: _Optional[_Union[EnvoyPatches, _Mapping]] = ..., default_retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., default_per_try_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., mesh_locality_lb: _Optional[_Union[LocalityLbSetting, _Mapping]] = ...) -> None: ...
 
 class EnvoyPatches(_message.Message):
     __slots__ = ("filters", "routes", "upstream_h2", "xff_trusted_hops")

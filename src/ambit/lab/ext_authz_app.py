@@ -27,6 +27,7 @@ from ambit.waypoint.ext_authz_wire import (
     ExtAuthzWireError,
     decode_check_request,
     encode_check_response,
+    options,
 )
 
 __all__ = ["CHECK_HEADER", "DENY_BODY", "decide", "grpc_answer", "http_answer", "serve"]
@@ -74,9 +75,9 @@ def grpc_answer(request: bytes, allowed_account: str = "a") -> bytes:
         (OVERRIDE_HEADER, headers.get(OVERRIDE_HEADER, "")),
     )
     if allowed:
-        return encode_check_response(CheckAnswer(0, ok_headers=fields))
+        return encode_check_response(CheckAnswer(0, ok_headers=options(fields)))
     return encode_check_response(
-        CheckAnswer(PERMISSION_DENIED, denied_status=403, denied_headers=fields, denied_body=DENY_BODY)
+        CheckAnswer(PERMISSION_DENIED, denied_status=403, denied_headers=options(fields), denied_body=DENY_BODY)
     )
 
 

@@ -55,6 +55,8 @@ import enum
 from dataclasses import dataclass
 
 from ambit.model.envoyfilter import NO_PATCHES, ProxyPatches
+from ambit.model.locality_lb import MESH_DEFAULT as MESH_LOCALITY
+from ambit.model.locality_lb import LocalityLbSetting
 from ambit.model.policy import Policy
 from ambit.model.requestauth import RequestAuthentication
 from ambit.model.routes import DestinationPolicy, RouteRule, WeightedBackend
@@ -200,6 +202,8 @@ class GatewayConfig:
     """What it honours of the EnvoyFilters it takes (:mod:`ambit.controlplane.translate.envoyfilter_patches` rule 5)."""
     forward_client_cert: ForwardClientCert = ForwardClientCert.SANITIZE_SET
     """What its HTTP connections do with ``x-forwarded-client-cert`` (Istio's gateway default: ``SANITIZE_SET``)."""
+    mesh_locality: LocalityLbSetting = MESH_LOCALITY
+    """The mesh config's ``localityLbSetting`` (as :attr:`~ambit.model.routes.WaypointConfig.mesh_locality`)."""
 
     def ports(self) -> frozenset[int]:
         return frozenset(listener.port for listener in self.listeners)

@@ -38,10 +38,13 @@ Rules:
    subzone, node, cluster: the ones istiod adds to every endpoint). A workload carries no other label at a proxy,
    so any other label compares as empty on both sides (translation notes it).
 6. The candidates kept stay in the order given.
-7. A rule with ``outlierDetection`` and no setting gets the mesh's: Istio's default mesh config has
-   ``localityLbSetting: {enabled: true}``, so such a rule fails over by region, zone and subzone (rule 3b) unless
-   the Service has a traffic distribution, which comes first (istiod: the rule's setting, then the Service's
-   traffic distribution, then the mesh's). Ambit assumes the default mesh setting (it reads no other).
+7. A rule with no setting, or no rule, gets the mesh config's ``localityLbSetting`` (:data:`MESH_DEFAULT`, Istio's
+   default ``{enabled: true}``, unless the mesh config states another) after the Service's traffic distribution,
+   which comes first (istiod's ``GetEffectiveLbSetting``: the rule's setting, then the Service's traffic
+   distribution, then the mesh's; a rule's ``enabled: false`` stops there, a mesh's ``enabled: false`` leaves
+   locality out). So with the default, a rule with ``outlierDetection`` fails over by region, zone and subzone
+   (rule 3b); a mesh ``distribute`` applies to every Service without a setting of its own, and its failover to
+   those whose rule has ``outlierDetection``.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ __all__ = [
     "MAX_FAILOVER_PRIORITY",
     "MAX_LOCALITY",
     "MAX_PRIORITY_LABEL",
+    "MESH_DEFAULT",
     "TOPOLOGY_LABELS",
     "LocalityChoice",
     "LocalityDistribute",
@@ -119,6 +123,10 @@ class LocalityLbSetting:
     failover_priority: tuple[str, ...] = ()
 
 
+MESH_DEFAULT = LocalityLbSetting()
+"""Istio's default mesh config: ``localityLbSetting: {enabled: true}`` (rule 7)."""
+
+
 @dataclass(frozen=True, slots=True)
 class LocalityChoice:
     """A rule's setting as one pick applies it: the effective policy's setting, whether that policy has outlier
@@ -128,8 +136,8 @@ class LocalityChoice:
     failing_over: bool
     random: Callable[[], float]
     mesh_default: bool = False
-    """The rule has outlier detection and no setting: the mesh's ``localityLbSetting`` applies (Istio's default mesh
-    config enables it), after the Service's traffic distribution (rule 7)."""
+    """The rule has no setting: ``setting`` is the mesh config's, after the Service's traffic distribution
+    (rule 7)."""
 
 
 def _parts(locality: str) -> list[str]:

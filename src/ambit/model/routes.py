@@ -44,6 +44,7 @@ import enum
 from dataclasses import dataclass, field
 
 from ambit.model.envoyfilter import NO_PATCHES, ProxyPatches
+from ambit.model.locality_lb import MESH_DEFAULT as MESH_LOCALITY
 from ambit.model.locality_lb import LocalityLbSetting
 from ambit.model.metric_overrides import ServiceMetrics
 from ambit.model.policy import Policy
@@ -614,6 +615,9 @@ class WaypointConfig:
     default_retry: HttpRetry = ISTIO_RETRY
     """The mesh config's ``defaultHttpRetryPolicy``: the retries of its default route (a Service without a table, or
     a table without HTTP rules), as istiod's ``BuildDefaultHTTPOutboundRoute`` applies it."""
+    mesh_locality: LocalityLbSetting = MESH_LOCALITY
+    """The mesh config's ``localityLbSetting``: the setting of a backend whose DestinationRule states none, or that
+    has no rule (:mod:`ambit.model.locality_lb` rule 7)."""
 
     def find_table(self, service_key: str, port: int) -> RouteTable | None:
         for table in self.tables:

@@ -16,10 +16,12 @@ Either may carry a ``delay`` (a fault delay) the shell waits out first.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ambit.model.routes import BackendService, HeaderModifier, RetryPolicy, RouteTable, Timeouts
+
+Headers = tuple[tuple[str, str], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +37,16 @@ class RequestHead:
     jwt_claims: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
     """The payload of the request's verified JWT (Envoy's ``jwt_authn`` metadata), set by the waypoint's
     authentication only, never from what the request carries; None without one. Route claim matches read it."""
+    route_headers: tuple[tuple[str, str], ...] | None = field(default=None, compare=False, repr=False)
+    """The headers route matches read when they are not :attr:`headers`; None: they are. Set when an external
+    authorizer edited the headers: istiod leaves ``clear_route_cache`` off on its ``ext_authz`` filter, so Envoy
+    routes on the route it picked before the check (:mod:`ambit.waypoint.ext_authz` rule 12)."""
+
+    def edit_headers(self, edit: Callable[[Headers], Headers]) -> RequestHead:
+        """This request with ``edit`` applied to its headers, and to :attr:`route_headers` when set (an edit made
+        before routing that the route match sees, such as ``x-forwarded-proto`` or the gateway's edge headers)."""
+        routed = None if self.route_headers is None else edit(self.route_headers)
+        return replace(self, headers=edit(self.headers), route_headers=routed)
 
     def header(self, name: str) -> str | None:
         """The first value of header ``name`` (lower-case), or None."""

@@ -21,7 +21,8 @@ answer goes) and its version (``RequestStarted.version``). :func:`serve_request`
    audience) with Envoy's reason, before anything else; then, when a CUSTOM policy's rules match it, asks that
    policy's external authorizer (:mod:`ambit.waypoint.ext_authz`; the body read ahead first when the provider wants
    it, :mod:`ambit.waypoint.ext_authz_body`): a denial is answered with the authorizer's status, headers and body
-   and flag ``UAEX``, an allow adds the authorizer's headers to the request and the response; then authorizes it
+   and flag ``UAEX``, an allow adds the authorizer's headers to the request and the response (the route is still
+   matched on the headers as they were, ext_authz rule 12); then authorizes it
    (:func:`ambit.waypoint.authorization.check_request`, with the token's identity): a denied request is answered
    403 ``RBAC: access denied`` with no response flag (Envoy's HTTP RBAC filter sets none) and the matched policy
    in the log line's error. The rest sees the request as authentication left it (the token removed unless
@@ -222,9 +223,13 @@ async def serve_request(
         log.info("audit: %s %s matched %s", head.method, head.path[:200], ", ".join(authz.audited))
     edge = edge_client(ctx, tunnel, head)
     if edge is not None:  # the gateway vouches for the client address it decided on (forwarded_for rule 3)
-        head = dataclasses.replace(head, headers=edge_headers(head.headers, *edge))
+        peer, client = edge
+        head = head.edit_headers(lambda headers: edge_headers(headers, peer, client))
     if patches.filters:  # rule 6: the EnvoyFilters' HTTP filters, after authorization, before routing
-        head = edit_request(head, patches.filter_request_ops())
+        filtered = edit_request(head, patches.filter_request_ops())
+        if filtered.headers != head.headers:  # a filter that edits the request clears the route cache
+            filtered = dataclasses.replace(filtered, route_headers=None)
+        head = filtered
     grpc = is_grpc(head.header("content-type"))  # rule 2: the router's deadline for gRPC (grpc_timeout)
     plan = Plan(head, timeouts=_timeouts(Timeouts(), head, grpc), response_ops=filter_ops, grpc=grpc)
     cluster_not_found = 500
@@ -316,7 +321,7 @@ async def serve_request(
             service,
             port,
             members=backend.members,
-            locality=backend.locality(ctx.random),
+            locality=backend.locality(ctx.random, config.mesh_locality),
             choose=choose,
             transport=transport,
             report=_outlier_reporter(ctx, backend, service),

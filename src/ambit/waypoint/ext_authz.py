@@ -44,9 +44,10 @@ Rules:
    ``:authority``, ``:method``, ``:path`` among them, as Envoy's header map holds them), the source and destination
    peers (address, port, SPIFFE principal), and with ``includeRequestBodyInCheck`` the body read ahead (``body``, or
    ``raw_body`` with ``packAsBytes``) and ``x-envoy-auth-partial-body`` among the headers. Its ``CheckResponse``
-   with status OK allows: the ``ok_response`` headers are set on the request, its ``headers_to_remove`` removed
-   (never a pseudo-header or ``host``), its ``response_headers_to_add`` added to the response. Any other status
-   denies with the ``denied_response``'s status (403 when unset), headers and body. A call that fails (a non-OK
+   with status OK allows: the ``ok_response`` headers edit the request in their order (rule 11), then its
+   ``headers_to_remove`` are removed (never a pseudo-header or ``host``); its ``response_headers_to_add`` edit the
+   response (rule 11). Any other status denies with the ``denied_response``'s status (403 when unset), body and
+   headers (rule 11's response edits, in order, of an empty list). A call that fails (a non-OK
    ``grpc-status``, no message) is an error (rule 7), and so is an answer header whose name is not an HTTP token or
    whose value holds a control character (it could not be written, or would split a head).
 9. An HTTP authorizer's allowing answer may name, in ``x-envoy-auth-headers-to-remove`` (comma-separated), request
@@ -56,6 +57,13 @@ Rules:
     istiod's TCP filter chain) before the DENY and ALLOW policies: a gRPC provider is asked about it (the peers
     only; a denial closes it with flag ``UAEX``, an error too unless ``failOpen``); an HTTP provider is not (istiod
     ignores a CUSTOM policy with an HTTP provider on a TCP chain); several providers deny it.
+11. A gRPC answer's ``HeaderValueOption`` says how its header is written
+    (:mod:`ambit.waypoint.ext_authz_edits`).
+12. The route cache: istiod's ``ext_authz`` filter leaves ``clear_route_cache`` off, so Envoy forwards by the route
+    it picked before the check: the authorizer's request edits (and removals) reach the backend, the DENY and ALLOW
+    policies and the route's own header edits, but not the route match, which reads the headers as they were
+    (:attr:`~ambit.waypoint.decisions.RequestHead.route_headers`). An HTTP filter of an EnvoyFilter that edits the
+    request afterwards clears the cache, and the route is then picked on the headers as they are.
 """
 
 from __future__ import annotations
@@ -71,7 +79,9 @@ from ambit.model.field_names import is_token
 from ambit.model.policy import Action, Policy
 from ambit.rbac import Connection, Request, matching_rule
 from ambit.waypoint.decisions import RequestHead
-from ambit.waypoint.ext_authz_wire import CheckAnswer, CheckAttributes
+from ambit.waypoint.envoy_patches import apply_header_ops
+from ambit.waypoint.ext_authz_edits import RequestEdit, edit_request_headers, request_edit, response_op
+from ambit.waypoint.ext_authz_wire import CheckAnswer, CheckAttributes, HeaderOption
 
 __all__ = [
     "HEADERS_TO_REMOVE",
@@ -103,7 +113,6 @@ MAX_ANSWER_HEADERS = 100
 Headers = tuple[tuple[str, str], ...]
 Peers = tuple[tuple[str, int, str], tuple[str, int, str]]
 
-_EVERY = (HeaderPattern("", prefix=True),)
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _ALWAYS_ASKED = frozenset({"authorization"})
 _ALWAYS_TO_CLIENT = (HeaderPattern("content-length"), HeaderPattern("www-authenticate"), HeaderPattern("location"))
@@ -130,10 +139,10 @@ _OWN = frozenset(
 
 @dataclass(frozen=True, slots=True)
 class CheckAllowed:
-    upstream: Headers = ()
-    """Set on the forwarded request (rule 5)."""
-    downstream: Headers = ()
-    """Added to the response (rule 5)."""
+    upstream: tuple[RequestEdit, ...] = ()
+    """Written on the forwarded request, in order (rules 5, 11)."""
+    downstream: tuple[HeaderOp, ...] = ()
+    """Edits of the response, in order (rules 5, 11)."""
     remove: tuple[str, ...] = ()
     """Removed from the forwarded request (rule 8)."""
     reason: str = ""
@@ -212,14 +221,21 @@ def _picked(answer: Headers, patterns: tuple[HeaderPattern, ...]) -> Headers:
     return tuple((n.lower(), v) for n, v in answer if n.lower() not in _OWN and any_matches(patterns, n))
 
 
+def _ours(option: HeaderOption) -> bool:
+    return option.name.lower() in _OWN
+
+
 def judge_http_answer(provider: ExtAuthzProvider, status: int, headers: Headers, body: bytes) -> Verdict:
     """What the authorizer's answer means (rules 5-7)."""
     remove = ",".join(v for n, v in headers if n.lower() == HEADERS_TO_REMOVE) if status == 200 else ""
     headers = tuple((n, v) for n, v in headers if n.lower() != HEADERS_TO_REMOVE)  # Envoy's, never passed on
     if status == 200:
         return CheckAllowed(
-            _picked(headers, provider.headers_to_upstream_on_allow),
-            _picked(headers, provider.headers_to_downstream_on_allow),
+            tuple(RequestEdit(n, v) for n, v in _picked(headers, provider.headers_to_upstream_on_allow)),
+            tuple(
+                HeaderOp(HeaderAction.APPEND, n, v)
+                for n, v in _picked(headers, provider.headers_to_downstream_on_allow)
+            ),
             tuple(n for n in (part.strip().lower() for part in remove.split(",")) if n and n not in _OWN),
         )
     if 500 <= status <= 599:
@@ -238,17 +254,18 @@ def judge_http_answer(provider: ExtAuthzProvider, status: int, headers: Headers,
 def judge_grpc_answer(provider: ExtAuthzProvider, answer: CheckAnswer) -> Verdict:
     """What a ``CheckResponse`` means (rule 8)."""
     every = (*answer.ok_headers, *answer.ok_response_headers, *answer.denied_headers)
-    bad = next((n for n, v in every if not is_token(n.removeprefix(":")) or _CONTROL.search(v)), None)
+    bad = next((o.name for o in every if not is_token(o.name.removeprefix(":")) or _CONTROL.search(o.value)), None)
     if bad is not None:
         return on_error(provider, f"ext_authz_error: {provider.name} answered an invalid header {bad[:64]!r}")
     if answer.code == 0:
         return CheckAllowed(
-            _picked(answer.ok_headers, _EVERY),
-            _picked(answer.ok_response_headers, _EVERY),
+            tuple(request_edit(o) for o in answer.ok_headers if not _ours(o)),
+            tuple(response_op(o) for o in answer.ok_response_headers if not _ours(o)),
             tuple(n.lower() for n in answer.ok_headers_to_remove if n.lower() not in _OWN),
         )
     status = answer.denied_status if 100 <= answer.denied_status <= 599 else 403
-    headers = tuple((n.lower(), v) for n, v in answer.denied_headers if n.lower() not in _OWN)
+    ops = tuple(response_op(o) for o in answer.denied_headers if not _ours(o))
+    headers = tuple(apply_header_ops((), ops))
     body = answer.denied_body.encode("utf-8")
     return CheckDenied(status, headers, body, f"ext_authz_denied: {provider.name} answered status {answer.code}")
 
@@ -292,15 +309,16 @@ def check_attributes(
 def apply_allowed(
     head: RequestHead, allowed: CheckAllowed, response_ops: tuple[HeaderOp, ...]
 ) -> tuple[RequestHead, tuple[HeaderOp, ...]]:
-    """The request with the authorizer's upstream headers set and those it names removed, and the response edits
-    with its downstream headers added first (rules 5, 8, 9)."""
+    """The request with the authorizer's upstream headers written in order, then those it names removed, routed
+    on its headers as they were; and the response edits with its downstream ones first (rules 5, 8, 9, 11, 12)."""
     if allowed.upstream or allowed.remove:
-        names = {name for name, _ in allowed.upstream} | set(allowed.remove)
-        kept = tuple((n, v) for n, v in head.headers if n not in names)
-        head = dataclasses.replace(head, headers=kept + allowed.upstream)
-    if allowed.downstream:
-        response_ops = tuple(HeaderOp(HeaderAction.APPEND, n, v) for n, v in allowed.downstream) + response_ops
-    return head, response_ops
+        edited = edit_request_headers(head.headers, allowed.upstream)
+        removed = set(allowed.remove)
+        headers = tuple((n, v) for n, v in edited if n not in removed)
+        if headers != head.headers:
+            routed = head.headers if head.route_headers is None else head.route_headers
+            head = dataclasses.replace(head, headers=headers, route_headers=routed)
+    return head, allowed.downstream + response_ops
 
 
 def on_error(provider: ExtAuthzProvider, reason: str) -> Verdict:

@@ -23,15 +23,20 @@ authorizer (:mod:`ambit.lab.ext_authz_app`) and the tests. Field numbers are tho
     HttpStatus          { StatusCode code = 1; }
     OkHttpResponse      { repeated HeaderValueOption headers = 2; repeated string headers_to_remove = 5;
                           repeated HeaderValueOption response_headers_to_add = 6; }
-    HeaderValueOption   { HeaderValue header = 1; }
+    HeaderValueOption   { HeaderValue header = 1; google.protobuf.BoolValue append = 2;
+                          HeaderAppendAction append_action = 3; }
     HeaderValue         { string key = 1; string value = 2; }
+    BoolValue           { bool value = 1; }
 
 Rules:
 
 1. Decoding trusts only the wire format: a truncated varint or field, a wire type that does not fit, or text that
    is not UTF-8 raises :class:`ExtAuthzWireError`; unknown fields are skipped unparsed, so nesting is bounded by
-   this schema. Repeated headers are bounded by :data:`MAX_HEADERS` (more is an error).
-2. Encoding writes fields in number order and leaves out zero values (proto3; an element of a repeated field is
+   this schema. Repeated headers are bounded by :data:`MAX_HEADERS` (more is an error). A message field that
+   occurs twice is merged as protobuf merges it (a later scalar wins), so ``header`` and ``append`` read last-wins.
+2. A ``HeaderValueOption`` is read as written (:class:`HeaderOption`): ``append`` None when the wrapper is absent,
+   ``append_action`` as its number, unknown numbers kept. What they mean is :mod:`ambit.waypoint.ext_authz`'s.
+3. Encoding writes fields in number order and leaves out zero values (proto3; an element of a repeated field is
    always written: :mod:`ambit.protowire` rule 2), so equal inputs give equal bytes.
 """
 
@@ -44,17 +49,25 @@ from ambit.errors import AmbitError
 from ambit.protowire import FIXED32, FIXED64, LENGTH, VARINT, bytes_field, length_delimited, varint_field
 
 __all__ = [
+    "ADD_IF_ABSENT",
+    "APPEND_IF_EXISTS_OR_ADD",
     "MAX_HEADERS",
+    "OVERWRITE_IF_EXISTS",
+    "OVERWRITE_IF_EXISTS_OR_ADD",
     "CheckAnswer",
     "CheckAttributes",
     "ExtAuthzWireError",
+    "HeaderOption",
     "decode_check_request",
     "decode_check_response",
     "encode_check_request",
     "encode_check_response",
+    "options",
 ]
 
 MAX_HEADERS = 1_000
+APPEND_IF_EXISTS_OR_ADD, ADD_IF_ABSENT, OVERWRITE_IF_EXISTS_OR_ADD, OVERWRITE_IF_EXISTS = 0, 1, 2, 3
+"""``HeaderValueOption.HeaderAppendAction`` numbers (Envoy's ``config/core/v3/base.proto``)."""
 _I64 = 1 << 64
 
 Headers = tuple[tuple[str, str], ...]
@@ -93,6 +106,26 @@ class CheckAttributes:
 
 
 @dataclass(frozen=True, slots=True)
+class HeaderOption:
+    """One ``HeaderValueOption`` as written on the wire (rule 2)."""
+
+    name: str
+    value: str
+    append: bool | None = None
+    """The deprecated ``append`` (a ``BoolValue``); None: not set."""
+    action: int = APPEND_IF_EXISTS_OR_ADD
+    """``append_action``'s number (0 when not set)."""
+
+
+Options = tuple[HeaderOption, ...]
+
+
+def options(headers: Headers) -> Options:
+    """Plain options (neither ``append`` nor ``append_action`` set) for ``headers``."""
+    return tuple(HeaderOption(name, value) for name, value in headers)
+
+
+@dataclass(frozen=True, slots=True)
 class CheckAnswer:
     """A ``CheckResponse``: ``code`` 0 (OK) allows."""
 
@@ -100,13 +133,13 @@ class CheckAnswer:
     message: str = ""
     denied_status: int = 0
     """``denied_response.status.code``; 0: not set (Envoy answers 403)."""
-    denied_headers: Headers = ()
+    denied_headers: Options = ()
     denied_body: str = ""
-    ok_headers: Headers = ()
-    """``ok_response.headers``: set on the request."""
+    ok_headers: Options = ()
+    """``ok_response.headers``: edits of the request."""
     ok_headers_to_remove: tuple[str, ...] = ()
-    ok_response_headers: Headers = ()
-    """``ok_response.response_headers_to_add``: added to the response."""
+    ok_response_headers: Options = ()
+    """``ok_response.response_headers_to_add``: edits of the response."""
 
 
 # Encoding.
@@ -151,8 +184,14 @@ def encode_check_request(attributes: CheckAttributes) -> bytes:
     return length_delimited(1, context)
 
 
-def _header_options(number: int, headers: Headers) -> bytes:
-    return b"".join(length_delimited(number, length_delimited(1, _text(1, k) + _text(2, v))) for k, v in headers)
+def _header_option(option: HeaderOption) -> bytes:
+    header = length_delimited(1, _text(1, option.name) + _text(2, option.value))
+    append = b"" if option.append is None else length_delimited(2, varint_field(1, int(option.append)))
+    return header + append + varint_field(3, option.action)
+
+
+def _header_options(number: int, headers: Options) -> bytes:
+    return b"".join(length_delimited(number, _header_option(option)) for option in headers)
 
 
 def encode_check_response(answer: CheckAnswer) -> bytes:
@@ -249,14 +288,29 @@ def _pair(buf: bytes) -> tuple[str, str]:
     return key, value
 
 
-def _option(buf: bytes) -> tuple[str, str]:
+def _option(buf: bytes) -> HeaderOption:
+    """Rule 2."""
+    key = value = ""
+    append: bool | None = None
+    action = APPEND_IF_EXISTS_OR_ADD
     for number, wire, field in _fields(buf):
         if number == 1:
-            return _pair(_as_bytes(wire, field))
-    return "", ""
+            for n, w, f in _fields(_as_bytes(wire, field)):
+                if n == 1:
+                    key = _as_text(w, f)
+                elif n == 2:
+                    value = _as_text(w, f)
+        elif number == 2:
+            append = bool(append)  # present: false unless its value says otherwise (merged, rule 1)
+            for n, w, f in _fields(_as_bytes(wire, field)):
+                if n == 1:
+                    append = _as_int(w, f) != 0
+        elif number == 3:
+            action = _signed32(_as_int(wire, field))
+    return HeaderOption(key, value, append, action)
 
 
-def _bounded(headers: list[tuple[str, str]]) -> None:
+def _bounded(headers: list[tuple[str, str]] | list[HeaderOption] | list[str]) -> None:
     if len(headers) > MAX_HEADERS:
         raise ExtAuthzWireError(f"more than {MAX_HEADERS} headers")
 
@@ -264,10 +318,10 @@ def _bounded(headers: list[tuple[str, str]]) -> None:
 def decode_check_response(data: bytes) -> CheckAnswer:
     """Rule 1."""
     code, message, denied_status, denied_body = 0, "", 0, ""
-    denied: list[tuple[str, str]] = []
-    ok: list[tuple[str, str]] = []
+    denied: list[HeaderOption] = []
+    ok: list[HeaderOption] = []
     remove: list[str] = []
-    added: list[tuple[str, str]] = []
+    added: list[HeaderOption] = []
     for number, wire, field in _fields(data):
         if number == 1:
             for n, w, f in _fields(_as_bytes(wire, field)):
@@ -293,7 +347,7 @@ def decode_check_response(data: bytes) -> CheckAnswer:
                     _bounded(ok)
                 elif n == 5:
                     remove.append(_as_text(w, f))
-                    _bounded(ok + added + [(r, "") for r in remove])
+                    _bounded(remove)
                 elif n == 6:
                     added.append(_option(_as_bytes(w, f)))
                     _bounded(added)

@@ -210,6 +210,7 @@ class IngressGateway(ListenerConnections, Waypoint):
                 request_authentications=config.request_authentications,
                 destination_rules=config.destination_rules,
                 envoy_patches=config.envoy_patches,
+                mesh_locality=config.mesh_locality,
             )
         )
         self.context.jwks.update(config.request_authentications)

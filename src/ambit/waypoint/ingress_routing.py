@@ -156,8 +156,11 @@ class IngressRouter:
             forwarded = (request.header("x-forwarded-proto") or "").strip().lower()
             if forwarded in ("http", "https"):
                 scheme = forwarded
-        headers = tuple((n, v) for n, v in request.headers if n != "x-forwarded-proto")
-        return dataclasses.replace(request, scheme=scheme, headers=(*headers, ("x-forwarded-proto", scheme)))
+
+        def stated(headers: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+            return (*((n, v) for n, v in headers if n != "x-forwarded-proto"), ("x-forwarded-proto", scheme))
+
+        return dataclasses.replace(request, scheme=scheme).edit_headers(stated)
 
     def decide(
         self, table: RouteTable | None, destination: BackendService, request: RequestHead, random: float

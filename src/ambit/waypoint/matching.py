@@ -146,7 +146,8 @@ class RequestFacts:
             return self._pseudo(name)
         if self._headers is None:
             joined: dict[str, str] = {}
-            for raw, value in self.request.headers:
+            routed = self.request.route_headers
+            for raw, value in self.request.headers if routed is None else routed:
                 key = raw.lower()
                 joined[key] = f"{joined[key]},{value}" if key in joined else value
             joined.setdefault("host", self.request.authority)

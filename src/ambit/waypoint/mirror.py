@@ -164,7 +164,7 @@ async def _mirror(
             ctx.choose,
             only=planned.members,
             near=ctx.near(),
-            locality=planned.locality(ctx.random),
+            locality=planned.locality(ctx.random, ctx.routes.current.mesh_locality),
         )
         if service
         else None

@@ -366,15 +366,14 @@ def waypoint_route(
     table: RouteTable | None, destination: BackendService, request: RequestHead, random: float
 ) -> Decision:
     """The waypoint's :data:`~ambit.waypoint.decisions.Router`: rule 12, then :func:`route`."""
-    if request.header(FORWARDED_PROTO) is not None:
+    routed = request.route_headers
+    if request.header(FORWARDED_PROTO) is not None and (routed is None or any(n == FORWARDED_PROTO for n, _ in routed)):
         return route(table, destination, request, random)
-    headers = (*request.headers, (FORWARDED_PROTO, "http"))
-    return route(
-        table,
-        destination,
-        RequestHead(request.method, request.path, request.authority, headers, request.scheme, request.jwt_claims),
-        random,
-    )
+    return route(table, destination, request.edit_headers(_with_forwarded_proto), random)
+
+
+def _with_forwarded_proto(headers: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    return headers if any(n == FORWARDED_PROTO for n, _ in headers) else (*headers, (FORWARDED_PROTO, "http"))
 
 
 def route_tcp(table: RouteTable | None, destination: BackendService, random: float) -> BackendService | None:

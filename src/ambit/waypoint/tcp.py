@@ -181,8 +181,10 @@ def pick_connection_endpoint(
     planned = ctx.routes.plan_backend(backend)
     if isinstance(planned, Refusal):
         return planned
+    mesh = ctx.routes.current.mesh_locality
     if planned is DEFAULT_BACKEND:
-        return ctx.pick(ctx.state, service, backend.port, ctx.choose, near=ctx.near()), None
+        locality = planned.locality(ctx.random, mesh)
+        return ctx.pick(ctx.state, service, backend.port, ctx.choose, near=ctx.near(), locality=locality), None
     source_ip = peer_addr.rpartition(":")[0].strip("[]")
     choose = ctx.balancer.chooser(
         planned.policy.load_balancer, planned.balance_key, ctx.choose, ctx.random, source_ip=source_ip
@@ -194,7 +196,7 @@ def pick_connection_endpoint(
         choose,
         only=planned.members,
         near=ctx.near(),
-        locality=planned.locality(ctx.random),
+        locality=planned.locality(ctx.random, mesh),
     )
     if endpoint is None or planned.transport == PLAIN:
         return endpoint, planned

@@ -50,7 +50,9 @@ Rules:
    :attr:`~ambit.waypoint.destinations.Transport.race_first_connect`, with or without a rule (rule 1 otherwise).
 10. ``loadBalancer.localityLbSetting`` of the effective policy (rule 3) goes to the endpoint pickers with whether
    that policy has ``outlierDetection`` (:meth:`BackendPolicy.locality`; :mod:`ambit.model.locality_lb` decides);
-   a policy with ``outlierDetection`` and no setting gets the default mesh's (its rule 7).
+   a policy with no setting, or no policy, gets the mesh config's (its rule 7: ``enabled: false`` there leaves
+   locality out; otherwise it goes to the pickers when it has ``distribute`` or the policy has
+   ``outlierDetection``, the only cases where it can change a pick).
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlsplit
 
-from ambit.model.locality_lb import LocalityChoice, LocalityLbSetting
+from ambit.model.locality_lb import MESH_DEFAULT, LocalityChoice, LocalityLbSetting
 from ambit.model.routes import (
     BackendService,
     ConnectionPool,
@@ -92,21 +94,20 @@ class BackendPolicy:
     balance_key: str = ""
     """Whose round-robin position this is: ``service key/subset``."""
 
-    def locality(self, random: Callable[[], float]) -> LocalityChoice | None:
-        """The rule's ``localityLbSetting`` for the pickers (rule 10), None without one."""
+    def locality(self, random: Callable[[], float], mesh: LocalityLbSetting = MESH_DEFAULT) -> LocalityChoice | None:
+        """The rule's ``localityLbSetting`` for the pickers, else the mesh config's ``mesh`` (rule 10); None when
+        locality has no part in the pick."""
         balancer = self.policy.load_balancer
         failing_over = self.policy.outlier_detection is not None
         if balancer is not None and balancer.locality is not None:
             return LocalityChoice(balancer.locality, failing_over, random)
-        if failing_over:
-            return LocalityChoice(MESH_DEFAULT, True, random, mesh_default=True)
+        if mesh.enabled and (failing_over or mesh.distribute):
+            return LocalityChoice(mesh, failing_over, random, mesh_default=True)
         return None
 
 
 DEFAULT = BackendPolicy()
 RACING = Transport(race_first_connect=True)
-MESH_DEFAULT = LocalityLbSetting()
-"""Istio's default mesh config: ``localityLbSetting: {enabled: true}``."""
 
 
 def plan_backend(

@@ -27,6 +27,9 @@ Rules:
    (:func:`~ambit.model.locality_lb.setting_problems`: weights 1..100 adding up to 100, localities without
    overlap, failover regions distinct and plain, no region/zone/subzone priority label with failover, bounded
    lists and strings).
+8. The mesh config's ``localityLbSetting`` (``mesh_locality_lb`` of a WaypointConfig or GatewayConfig) is judged
+   as rule 7 says; absent, it is Istio's default (:data:`~ambit.model.locality_lb.MESH_DEFAULT`), which is also
+   how that default is written.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from ambit.api import waypoint_pb2 as pb
 from ambit.model.field_names import is_token
 from ambit.model.locality_lb import (
     MAX_DISTRIBUTE,
+    MESH_DEFAULT,
     LocalityDistribute,
     LocalityFailover,
     LocalityLbSetting,
@@ -69,6 +73,7 @@ __all__ = [
     "MAX_SUBSET_WORKLOADS",
     "DestinationPolicyReader",
     "destination_policy_to_proto",
+    "mesh_locality_to_proto",
 ]
 
 MAX_DESTINATION_RULES = 10_000
@@ -131,6 +136,11 @@ def _load_balancer(lb: LoadBalancer) -> pb.LoadBalancer:
     if lb.locality is not None:
         out.locality.CopyFrom(_locality(lb.locality))
     return out
+
+
+def mesh_locality_to_proto(setting: LocalityLbSetting) -> pb.LocalityLbSetting | None:
+    """Rule 8: the mesh config's setting, None (an absent field) for Istio's default."""
+    return None if setting == MESH_DEFAULT else _locality(setting)
 
 
 def _locality(setting: LocalityLbSetting) -> pb.LocalityLbSetting:
@@ -355,6 +365,10 @@ class DestinationPolicyReader(FieldReader):
             name, problem = problems[0]
             raise self.fail(f"{field}.{name}", problem)
         return setting
+
+    def mesh_locality(self, field: str, message: pb.LocalityLbSetting, *, present: bool) -> LocalityLbSetting:
+        """Rule 8."""
+        return self.locality(field, message) if present else MESH_DEFAULT
 
     def connection_pool(self, field: str, message: pb.ConnectionPool) -> ConnectionPool:
         return ConnectionPool(

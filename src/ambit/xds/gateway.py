@@ -19,7 +19,8 @@ Rules:
    above the highest), cipher suites named with letters, digits, ``-`` and ``_``; a listener of another protocol
    with it, or ``https_redirect`` on a virtual host of a non-HTTP listener, is refused.
 3. A virtual host's hostname is ``*``, a name, or ``*.`` and a name, without whitespace.
-4. Policies, RequestAuthentications, destination rules and EnvoyFilter patches are judged as a waypoint's
+4. Policies, RequestAuthentications, destination rules, the mesh's ``localityLbSetting`` and EnvoyFilter patches
+   are judged as a waypoint's
    (:mod:`ambit.xds.waypoint_policies`, :mod:`ambit.xds.requestauth`, :mod:`ambit.xds.destinationrules`,
    :mod:`ambit.xds.envoy_patches`).
 5. Nothing but :class:`XdsConversionError` escapes decoding.
@@ -46,7 +47,7 @@ from ambit.model.ingress import (
     VirtualHost,
 )
 from ambit.xds.authorization import PolicyReader
-from ambit.xds.destinationrules import DestinationPolicyReader, destination_policy_to_proto
+from ambit.xds.destinationrules import DestinationPolicyReader, destination_policy_to_proto, mesh_locality_to_proto
 from ambit.xds.envoy_patches import EnvoyPatchesReader, envoy_patches_to_proto
 from ambit.xds.errors import XdsConversionError
 from ambit.xds.requestauth import RequestAuthReader, request_authentication_to_proto
@@ -115,6 +116,7 @@ def gateway_config_to_proto(config: GatewayConfig) -> pb.GatewayConfig:
         envoy_patches=envoy_patches_to_proto(config.envoy_patches) if config.envoy_patches else None,
         destination_rules=[destination_policy_to_proto(d) for d in config.destination_rules],
         forward_client_cert=_FORWARD_CLIENT_CERT[config.forward_client_cert],
+        mesh_locality_lb=mesh_locality_to_proto(config.mesh_locality),
     )
 
 
@@ -228,7 +230,11 @@ def gateway_config_from_proto(message: pb.GatewayConfig, name: str) -> GatewayCo
             authn.request_authentication(f"request_authentications[{i}]", p)
             for i, p in enumerate(message.request_authentications)
         )
-        destination_rules = DestinationPolicyReader(name).destination_rules(list(message.destination_rules))
+        rules = DestinationPolicyReader(name)
+        destination_rules = rules.destination_rules(list(message.destination_rules))
+        mesh_locality = rules.mesh_locality(
+            "mesh_locality_lb", message.mesh_locality_lb, present=message.HasField("mesh_locality_lb")
+        )
         envoy_patches = EnvoyPatchesReader(name).patches("envoy_patches", message.envoy_patches)
         forward_client_cert = _FORWARD_CLIENT_CERT_NAMES.get(message.forward_client_cert)
         if forward_client_cert is None:
@@ -245,6 +251,7 @@ def gateway_config_from_proto(message: pb.GatewayConfig, name: str) -> GatewayCo
         destination_rules,
         envoy_patches,
         forward_client_cert,
+        mesh_locality,
     )
 
 

@@ -39,6 +39,8 @@ Rules:
 16. ``default_retry`` and ``default_per_try_timeout`` (fields 12, 13: the mesh config's ``defaultHttpRetryPolicy``)
     give the retries of the waypoint's default route; both absent is Istio's default (rule 5), a timeout alone
     joins Istio's default policy.
+17. ``mesh_locality_lb`` (field 14, the mesh config's ``localityLbSetting``) is judged by
+    :mod:`ambit.xds.destinationrules` (its rule 8); absent, Istio's default.
 """
 
 from __future__ import annotations
@@ -82,7 +84,7 @@ from ambit.model.routes import (
 )
 from ambit.xds.authorization import PolicyReader
 from ambit.xds.convert import FieldReader
-from ambit.xds.destinationrules import DestinationPolicyReader, destination_policy_to_proto
+from ambit.xds.destinationrules import DestinationPolicyReader, destination_policy_to_proto, mesh_locality_to_proto
 from ambit.xds.envoy_patches import EnvoyPatchesReader, envoy_patches_to_proto
 from ambit.xds.errors import XdsConversionError
 from ambit.xds.metric_overrides import MetricOverridesReader, service_metrics_to_proto
@@ -316,6 +318,7 @@ def waypoint_config_to_proto(config: WaypointConfig) -> pb.WaypointConfig:
         default_per_try_timeout=None
         if config.default_retry.per_try_timeout is None
         else _duration(config.default_retry.per_try_timeout),
+        mesh_locality_lb=mesh_locality_to_proto(config.mesh_locality),
     )
 
 
@@ -642,7 +645,7 @@ class _Reader(FieldReader):
 
 
 def waypoint_config_from_proto(message: pb.WaypointConfig, name: str) -> WaypointConfig:
-    """Judge and convert a WaypointConfig received as resource ``name`` (rules 1-16)."""
+    """Judge and convert a WaypointConfig received as resource ``name`` (rules 1-17)."""
     reader = _Reader(name)
     if message.waypoint != name:
         raise reader.fail("waypoint", f"the resource is named {name!r} but describes {message.waypoint!r}")
@@ -667,6 +670,9 @@ def waypoint_config_from_proto(message: pb.WaypointConfig, name: str) -> Waypoin
             dynamic_dns=reader.services("dynamic_dns", message.dynamic_dns),
             envoy_patches=EnvoyPatchesReader(name).patches("envoy_patches", message.envoy_patches),
             default_retry=reader.default_retry(message),
+            mesh_locality=DestinationPolicyReader(name).mesh_locality(
+                "mesh_locality_lb", message.mesh_locality_lb, present=message.HasField("mesh_locality_lb")
+            ),
         )
     except XdsConversionError:
         raise

@@ -45,6 +45,11 @@ Rules:
     VirtualService rule, HTTPRoute rule and GRPCRoute rule that states none, and of the waypoints' default route
     (istiod's ``TranslateRoute`` and ``BuildDefaultHTTPOutboundRoute``). ``attempts: 0`` disables those retries.
     Unset or null: Istio's default (2 retries on a connection failure and 503). An invalid one is an error (rule 2).
+11. ``localityLbSetting``: the mesh-wide locality load balancing (``enabled``, ``distribute``, ``failover``,
+    ``failoverPriority``), read and judged as a DestinationRule's is (:mod:`ambit.controlplane.translate.locality_lb`;
+    istiod's ``ValidateMeshConfig`` runs the same ``ValidateLocalityLbSetting``). It applies to every backend whose
+    DestinationRule states none, after the Service's traffic distribution (:mod:`ambit.model.locality_lb` rule 7).
+    Unset or null: Istio's default ``{enabled: true}``. An invalid one is an error (rule 2).
 """
 
 from __future__ import annotations
@@ -59,6 +64,8 @@ import yaml
 from ambit.controlplane.translate.extension_providers import parse_extension_providers
 from ambit.controlplane.translate.gateway_topology import forward_client_cert, num_trusted_proxies
 from ambit.controlplane.translate.http_retry import read_http_retry
+from ambit.controlplane.translate.locality_lb import read_locality_lb
+from ambit.controlplane.translate.shapes import ShapeError
 from ambit.controlplane.translate.skips import ObjectKind, Skipped, skipped
 from ambit.controlplane.translate.virtualservice_values import BadField
 from ambit.errors import AmbitError
@@ -74,6 +81,8 @@ from ambit.model.labels import (
     label_value_problem,
     selector_from_spec,
 )
+from ambit.model.locality_lb import MESH_DEFAULT as MESH_LOCALITY
+from ambit.model.locality_lb import LocalityLbSetting
 from ambit.model.routes import ISTIO_RETRY, HttpRetry
 
 T = TypeVar("T")
@@ -156,6 +165,8 @@ class MeshConfig:
     """Rule 9: the usable external authorizers, in the list's order."""
     default_http_retry: HttpRetry = ISTIO_RETRY
     """Rule 10: the retries of a route rule that states none, and of the waypoints' default route."""
+    locality_lb: LocalityLbSetting = MESH_LOCALITY
+    """Rule 11: the locality load balancing of a backend whose DestinationRule states none."""
 
     def find_ext_authz(self, name: str) -> ExtAuthzProvider | None:
         """The external authorizer called ``name`` (rule 9), or None."""
@@ -330,7 +341,7 @@ def _export_to(raw: Obj, camel: str, snake: str) -> tuple[str, ...] | None:
 
 
 def parse_mesh_config(text: str) -> MeshConfig:
-    """The MeshConfig in ``text`` (rules 1-10); raises :class:`MeshConfigError` with one line for bad input."""
+    """The MeshConfig in ``text`` (rules 1-11); raises :class:`MeshConfigError` with one line for bad input."""
     if len(text.encode("utf-8", "surrogatepass")) > MAX_MESH_BYTES:
         raise MeshConfigError(f"the mesh config is larger than {MAX_MESH_BYTES} bytes")
     try:
@@ -363,7 +374,21 @@ def parse_mesh_config(text: str) -> MeshConfig:
         forward_client_cert=_topology_field(_get(raw, "defaultConfig", "default_config"), forward_client_cert),
         ext_authz_providers=_extension_providers(_get(raw, "extensionProviders", "extension_providers")),
         default_http_retry=_default_http_retry(_get(raw, "defaultHttpRetryPolicy", "default_http_retry_policy")),
+        locality_lb=_locality_lb(_get(raw, "localityLbSetting", "locality_lb_setting")),
     )
+
+
+def _locality_lb(value: Any) -> LocalityLbSetting:
+    """Rule 11."""
+    if value is None:
+        return MESH_LOCALITY
+    if isinstance(value, Mapping) and "failover_priority" in value and "failoverPriority" not in value:
+        value = {("failoverPriority" if k == "failover_priority" else k): v for k, v in value.items()}  # rule 3
+    try:
+        setting, _ = read_locality_lb(value, "localityLbSetting")
+    except ShapeError as exc:
+        raise MeshConfigError(str(exc)) from None
+    return setting
 
 
 def _default_http_retry(value: Any) -> HttpRetry:

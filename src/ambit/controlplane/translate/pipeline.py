@@ -67,6 +67,7 @@ from ambit.controlplane.translate.workload_side import (
 )
 from ambit.controlplane.translate.workloadentries import translate_workload_entry
 from ambit.model.localconfig import LocalConfig
+from ambit.model.locality_lb import MESH_DEFAULT as MESH_LOCALITY
 from ambit.model.workload import Workload
 
 __all__ = ["translate", "translate_all"]
@@ -315,6 +316,9 @@ def translate_all(
             )
             for c in waypoint_configs
         )
+    if mesh.locality_lb != MESH_LOCALITY:  # the mesh config's localityLbSetting, for the rules that state none
+        waypoint_configs = tuple(replace(c, mesh_locality=mesh.locality_lb) for c in waypoint_configs)
+        gateway_configs = tuple(replace(c, mesh_locality=mesh.locality_lb) for c in gateway_configs)
     translation = Translation(
         config=LocalConfig(workloads=all_workloads, services=side.sorted_services, policies=policy.policies),
         skipped=tuple(sorted(set(skips))),
