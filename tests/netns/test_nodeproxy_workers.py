@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from tests.netns.nodeproxy_rig import DrainRig, add_pod, drain_rig, echo, sh
+from tests.netns.nodeproxy_rig import DrainRig, Proxy, add_pod, drain_rig, echo, sh
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(240)]
 
@@ -65,6 +65,14 @@ def scrape(rig: DrainRig, name: str) -> float:
     return sum(
         float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{") or line == name
     )
+
+
+async def serving_worker(rig: DrainRig, proxy: Proxy) -> int:
+    """The pid of the node proxy's one worker, once it listens in the pod."""
+    await until("the worker started", lambda: len(children(proxy.proc.pid)) == 1)
+    (worker,) = children(proxy.proc.pid)
+    await until("the worker listens", lambda: worker in hbone_listeners(rig.pod))
+    return worker
 
 
 async def test_every_worker_serves_the_pod_and_the_node_proxy_counts_all_their_connections(tmp_path: Path) -> None:
@@ -118,9 +126,7 @@ async def test_a_worker_that_dies_is_started_again_and_serves_the_pod(tmp_path: 
         proxy = rig.start_proxy("--drain-deadline", "20", "--workers", "2")
         await add_pod(agent, rig)
         await proxy.ready()
-        await until("the worker started", lambda: len(children(proxy.proc.pid)) == 1)
-        (first,) = children(proxy.proc.pid)
-        await until("the worker listens", lambda: first in hbone_listeners(rig.pod))
+        first = await serving_worker(rig, proxy)
         os.kill(first, signal.SIGKILL)
         await until("a new worker started", lambda: bool(children(proxy.proc.pid) - {first}), within=15)
         (second,) = children(proxy.proc.pid) - {first}
@@ -140,9 +146,7 @@ async def test_no_worker_outlives_a_killed_node_proxy(tmp_path: Path) -> None:
         proxy = rig.start_proxy("--drain-deadline", "5", "--workers", "2")
         await add_pod(agent, rig)
         await proxy.ready()
-        await until("the worker started", lambda: len(children(proxy.proc.pid)) == 1)
-        (worker,) = children(proxy.proc.pid)
-        await until("the worker listens", lambda: worker in hbone_listeners(rig.pod))
+        worker = await serving_worker(rig, proxy)
         proxy.stop(signal.SIGKILL)
         await proxy.exited(10)
         # Orphaned, it sees its control socket end and drains (no connections: at once).
@@ -159,9 +163,7 @@ async def test_a_hand_over_from_a_node_proxy_with_workers_keeps_every_tunnel_pas
         old = rig.start_proxy("--drain-deadline", "1", "--drain-max", "60", "--workers", "2")
         await add_pod(agent, rig)
         await old.ready()
-        await until("the worker started", lambda: len(children(old.proc.pid)) == 1)
-        (worker,) = children(old.proc.pid)
-        await until("the worker listens", lambda: worker in hbone_listeners(rig.pod))
+        worker = await serving_worker(rig, old)
         clients, streams = [], []
         for n in range(CONNECTIONS):
             client = await rig.hbone_client()
