@@ -92,3 +92,33 @@ async def test_the_groups_zds_socket_is_root_only_and_goes_with_the_group(tmp_pa
     assert worker.worker and worker.workers == 1 and worker.notify_fd is None and worker.own_pod is None
     await group.aclose(1.0)
     assert not group.directory.exists()
+
+
+async def test_without_a_writable_tmp_the_groups_socket_goes_beside_the_agents(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-directory"))
+    settings = NodeProxySettings(node="n", zds_socket=tmp_path / "zds", workers=1)
+    group = WorkerGroup(settings, ProxyMetrics(), asyncio.get_running_loop().time)
+    await group.start()
+    assert group.directory is not None and group.directory.parent == tmp_path
+    await group.aclose(1.0)
+
+
+async def test_with_nowhere_to_put_its_socket_the_group_starts_no_worker_and_the_node_proxy_serves_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tempfile
+
+    from ambit.zds.protocol import WorkloadInfo
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-directory"))
+    settings = NodeProxySettings(node="n", zds_socket=tmp_path / "missing" / "zds", workers=3)
+    group = WorkerGroup(settings, ProxyMetrics(), asyncio.get_running_loop().time)
+    await group.start()
+    assert group.server is None and all(slot.task is None for slot in group.slots)
+    await group.add("uid", WorkloadInfo("a", "b", "c"), 0)  # nothing to hand on to: no error
+    await group.delete("uid")
+    await group.aclose(1.0)

@@ -106,9 +106,24 @@ class WorkerGroup:
 
     async def start(self) -> None:
         """Rule 1."""
-        self.directory = Path(tempfile.mkdtemp(prefix="ambit-workers-"))  # 0700, root's
-        self.server = ZdsServer(self.directory / ZDS_NAME, fan_out=True)
-        await self.server.start()
+        # The private directory goes where the process may write: its own /tmp first (a container's, gone with it),
+        # else beside the agent's socket (a read-only root file system); 0700 and root's either way.
+        for parent in (None, self.settings.zds_socket.parent):
+            directory: Path | None = None
+            try:
+                directory = Path(tempfile.mkdtemp(prefix="ambit-workers-", dir=parent))
+                server = ZdsServer(directory / ZDS_NAME, fan_out=True)
+                await server.start()
+            except OSError as exc:
+                log.warning("node proxy workers: no private ZDS socket in %s: %s", directory or parent or "/tmp", exc)
+                if directory is not None:
+                    shutil.rmtree(directory, ignore_errors=True)
+                continue
+            self.directory, self.server = directory, server
+            break
+        else:
+            log.error("node proxy workers: none started (no directory for their ZDS socket); this process serves alone")
+            return
         for slot in self.slots:
             slot.task = asyncio.create_task(self._keep(slot), name=f"node proxy worker {slot.index}")
         log.info("node proxy workers: %d more process(es) serve every pod", len(self.slots))
