@@ -92,12 +92,15 @@ class WorkerGroup:
         self._tasks: set[asyncio.Task[None]] = set()
 
     def worker_settings(self, zds_socket: Path) -> NodeProxySettings:
-        """A worker's settings: the node proxy's, with the group's ZDS and nothing only the node proxy holds."""
+        """A worker's settings: the node proxy's, with the group's ZDS and nothing only the node proxy holds (no flow
+        log either: only the node proxy's admin port serves one, so a worker's would be work per connection for
+        nobody)."""
         return dataclasses.replace(
             self.settings,
             zds_socket=zds_socket,
             workers=1,
             worker=True,
+            flow_log_size=0,
             notify_fd=None,
             own_pod=None,
             own_address=None,
