@@ -110,6 +110,8 @@ class DrainRig:
     client: str
     topology: Topology
     proxies: list[Proxy] = field(default_factory=list)
+    client_ports: dict[int, int] = field(default_factory=dict)
+    """id() of each HBONE client -> its local port (which process serves it: ``ss`` in the pod names the peer)."""
 
     def start_proxy(self, *flags: str, env: dict[str, str] | None = None) -> Proxy:
         read_end, write_end = os.pipe()
@@ -140,7 +142,10 @@ class DrainRig:
                 await factory.aclose()
         finally:
             os.close(fd)
-        return await HboneClient.connect(sock, cert, frozenset({POD_ID}), trust_domain=TD)
+        port = sock.getsockname()[1]
+        client = await HboneClient.connect(sock, cert, frozenset({POD_ID}), trust_domain=TD)
+        self.client_ports[id(client)] = port
+        return client
 
     async def tunnel(self, client: HboneClient) -> HboneStream:
         return await client.open_tunnel(f"{POD_IP}:{ECHO_PORT}", [])

@@ -60,6 +60,17 @@ def established_owners(ns: str) -> dict[int, int]:
     return owners
 
 
+def owner_by_port(ns: str) -> dict[int, int]:
+    """Client port -> pid of the process holding that client's connection on the pod's 15008."""
+    text = sh("ip", "netns", "exec", ns, "ss", "-Htnp", "state", "established", "sport", "= :15008")
+    owners: dict[int, int] = {}
+    for line in text.splitlines():
+        peer, pid = re.search(r":15008\s+\S+:(\d+)\s", line), re.search(r"pid=(\d+)", line)
+        if peer and pid:
+            owners[int(peer[1])] = int(pid[1])
+    return owners
+
+
 def scrape(rig: DrainRig, name: str) -> float:
     text = sh("ip", "netns", "exec", rig.node, "curl", "-s", "--max-time", "5", "http://127.0.0.1:15020/metrics")
     return sum(
@@ -194,3 +205,53 @@ async def test_a_hand_over_from_a_node_proxy_with_workers_keeps_every_tunnel_pas
         await until("the old worker exited", lambda: not alive(worker), within=5)
         log = old.log.read_text()
         assert "Traceback" not in log, log[-3000:]
+
+
+async def test_a_worker_drains_on_after_its_node_proxys_own_connections_ended_though_sigterm_reached_both(
+    tmp_path: Path,
+) -> None:
+    """A runtime or init system may signal the whole process group: the worker gets the node proxy's SIGTERM and then
+    the node proxy's word to drain, which is no second ask (a second SIGTERM would cut the drain short). And the node
+    proxy's own drain ending (its connections all closed) does not end its workers' drains: they keep their tunnels
+    until these end, while the node proxy waits for them."""
+    async with drain_rig(tmp_path) as (rig, agent):
+        old = rig.start_proxy("--drain-deadline", "1", "--drain-max", "60", "--workers", "2")
+        await add_pod(agent, rig)
+        await old.ready()
+        worker = await serving_worker(rig, old)
+        pairs = []
+        for n in range(CONNECTIONS):
+            client = await rig.hbone_client()
+            stream = await rig.tunnel(client)
+            await echo(stream, f"before the hand-over {n}".encode())
+            pairs.append((client, stream))
+        owners = owner_by_port(rig.pod)
+        held = {
+            pid: [p for p in pairs if owners.get(rig.client_ports[id(p[0])]) == pid] for pid in (old.proc.pid, worker)
+        }
+        assert all(held.values()) and sum(map(len, held.values())) == CONNECTIONS, owners
+
+        new = rig.start_proxy("--drain-deadline", "5")
+        await new.ready()
+        for client, stream in held[old.proc.pid]:  # the node proxy's own connections end
+            stream.write_eof()
+            await stream.aclose()
+            await client.aclose()
+        os.kill(worker, signal.SIGTERM)  # as a signal to the process group reaches both
+        old.stop(signal.SIGTERM)
+        await until(
+            "the node proxy's own drain over", lambda: "drain over: every connection ended" in old.log.read_text()
+        )
+        await asyncio.sleep(3)  # past the 1 s bound without a successor, and past the node proxy's word to drain
+        for n, (_, stream) in enumerate(held[worker]):
+            await echo(stream, f"after the node proxy's drain {n}".encode())
+        assert alive(worker) and old.proc.poll() is None, "the node proxy waits for its worker"
+
+        for client, stream in held[worker]:
+            stream.write_eof()
+            await stream.aclose()
+            await client.aclose()
+        assert await old.exited(20) == 0
+        await until("the old worker exited", lambda: not alive(worker), within=5)
+        log = old.log.read_text()
+        assert "Traceback" not in log and "connection(s) left" not in log, log[-3000:]

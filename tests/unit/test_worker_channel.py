@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ambit.inpod.settings import NodeProxySettings
-from ambit.inpod.worker_channel import MAX_FRAME, ChannelError, frame, read_frame, read_settings
+from ambit.inpod.worker_channel import CUT, DRAIN, MAX_FRAME, ChannelError, frame, read_frame, read_settings, say
 from ambit.inpod.workers import WorkerGroup
 from ambit.telemetry.metrics import ProxyMetrics
 
@@ -122,3 +122,20 @@ async def test_with_nowhere_to_put_its_socket_the_group_starts_no_worker_and_the
     await group.add("uid", WorkloadInfo("a", "b", "c"), 0)  # nothing to hand on to: no error
     await group.delete("uid")
     await group.aclose(1.0)
+
+
+async def test_the_node_proxys_words_go_down_as_single_bytes_and_nothing_else_is_said() -> None:
+    ours, theirs = socket.socketpair()
+    try:
+        _, writer = await asyncio.open_unix_connection(sock=ours)
+        say(writer, DRAIN)
+        say(writer, CUT)
+        await writer.drain()
+        assert theirs.recv(16) == b"dc"
+        with pytest.raises(ChannelError, match="not a word"):
+            say(writer, b"x")
+        writer.close()
+        await writer.wait_closed()
+        say(writer, DRAIN)  # to a worker gone: nothing, no error
+    finally:
+        theirs.close()

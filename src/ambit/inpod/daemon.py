@@ -54,6 +54,7 @@ from ambit.inpod.drain import (
     Exit,
     ExtendDrain,
     ForceClose,
+    Phase,
     StopAccepting,
     SuccessorChanged,
 )
@@ -409,6 +410,20 @@ class NodeProxy:
         self._stop_requests.append(reason)
         self.stopped.set()
 
+    def request_drain(self, reason: str) -> None:
+        """A drain, unless one runs or was asked for: never the second ask that cuts a drain short (a worker's word
+        from its node proxy, which may come after the same SIGTERM reached the worker itself)."""
+        if self.drain.phase is Phase.SERVING and not self._stop_requests:
+            self.request_stop(reason)
+
+    def cut_short(self, reason: str) -> None:
+        """The drain cut short at once: asked for twice, counting the asks already made."""
+        if self.drain.over:
+            return
+        asks = 2 if self.drain.phase is Phase.SERVING else 1
+        for _ in range(asks - len(self._stop_requests)):
+            self.request_stop(reason)
+
     def live_connections(self) -> int:
         """Connections the pods still serve (being set up, relayed, or inbound HBONE connections)."""
         return sum(len(pod.connections) for pod in self.pods.pods.values())
@@ -443,6 +458,8 @@ class NodeProxy:
                     pass  # only a successor's news extends a drain: _successor_changed
                 case ForceClose(live=live, reason=reason):
                     log.warning("drain: %s; closing %s connection(s) left", reason, live if live >= 0 else "the")
+                    if self.workers is not None:
+                        self.workers.cut()
                     now = self.context.clock()
                     for conn in list(self.context.connections.values()):
                         log.info(

@@ -6,6 +6,11 @@ it carries nothing the child must not trust; the child checks it is settings); t
 reports (JSON: what a child sends the parent is data, judged by :mod:`ambit.telemetry.peer_counts`). The end of the
 stream between frames is the end; anywhere else, or an oversized frame, or bytes that are no JSON, a
 :class:`ChannelError`.
+
+After the settings, the node proxy's word on its drain goes down as single bytes, :data:`DRAIN` and :data:`CUT`, not
+as signals: a worker may also get the SIGTERM its node proxy got (a runtime or an init system signalling the whole
+process group or cgroup), and a second SIGTERM cuts a drain short, so the node proxy's own word must be one a worker
+can hear twice without harm.
 """
 
 from __future__ import annotations
@@ -22,6 +27,11 @@ from ambit.inpod.settings import NodeProxySettings
 MAX_FRAME = 64 * 1024 * 1024
 """Bytes in one frame: a report of :data:`~ambit.telemetry.peer_counts.MAX_SERIES` series fits."""
 _LENGTH = struct.Struct(">I")
+
+DRAIN = b"d"
+"""The node proxy's drain began: drain too (a worker already draining goes on as it was)."""
+CUT = b"c"
+"""The node proxy's drain was cut short (asked again, or its bound reached): close every connection now."""
 
 
 class ChannelError(AmbitError):
@@ -49,6 +59,14 @@ def read_settings(sock: socket.socket) -> NodeProxySettings:
     if not isinstance(settings, NodeProxySettings):
         raise ChannelError(f"the settings frame holds a {type(settings).__name__}, not settings")
     return settings
+
+
+def say(writer: asyncio.StreamWriter, word: bytes) -> None:
+    """Send the worker one of the node proxy's words (a byte: buffered at once, never waits)."""
+    if word not in (DRAIN, CUT):
+        raise ChannelError(f"not a word of this channel: {word!r}")
+    if not writer.is_closing():
+        writer.write(word)
 
 
 async def write_report(writer: asyncio.StreamWriter, report: bytes) -> None:

@@ -4,8 +4,10 @@ Theory of operation: the worker reads its settings from the control socket (fd `
 its node proxy made), then runs a :class:`~ambit.inpod.daemon.NodeProxy` in worker mode: its pods come from the
 node proxy's private ZDS, and it opens no endpoint of its own. Every :data:`REPORT_INTERVAL` seconds it sends its
 metrics snapshot up the socket when it changed, and once more when it has drained, before it exits. It stops
-(drains) on SIGTERM or SIGINT, as a node proxy does, and also when the socket ends: its node proxy is gone (even a
-SIGKILL ends the socket), and a worker never outlives it for longer than a drain.
+(drains) on SIGTERM or SIGINT, as a node proxy does (a second one cuts the drain short); when the node proxy says
+:data:`~ambit.inpod.worker_channel.DRAIN` (a worker already draining goes on as it was, so a SIGTERM that reached
+both is no second ask) or :data:`~ambit.inpod.worker_channel.CUT`; and when the socket ends: its node proxy is gone
+(even a SIGKILL ends the socket), and a worker never outlives it for longer than a drain.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import socket
 
 from ambit.inpod.daemon import NodeProxy
 from ambit.inpod.settings import NodeProxySettings
-from ambit.inpod.worker_channel import ChannelError, write_report
+from ambit.inpod.worker_channel import CUT, DRAIN, ChannelError, write_report
 
 log = logging.getLogger("ambit.inpod.worker")
 
@@ -48,8 +50,15 @@ async def run_worker(settings: NodeProxySettings, control: socket.socket) -> Non
             await asyncio.sleep(REPORT_INTERVAL)
 
     async def watch_parent() -> None:
-        await reader.read()  # the node proxy never writes after the settings: this returns at the end
-        proxy.request_stop("the node proxy is gone")
+        while words := await reader.read(64):
+            for word in words:
+                if word == DRAIN[0]:
+                    proxy.request_drain("the node proxy drains")
+                elif word == CUT[0]:
+                    proxy.cut_short("the node proxy's drain was cut short")
+                else:
+                    log.warning("the node proxy sent %r, no word of the channel: ignored", bytes([word]))
+        proxy.request_drain("the node proxy is gone")
 
     await proxy.start()
     tasks = [asyncio.create_task(reports(), name="worker reports"), asyncio.create_task(watch_parent())]

@@ -27,9 +27,11 @@ Rules:
    after one that lived a minute). Its last metrics stay counted (:meth:`ProxyMetrics.peer_gone`).
 3. :meth:`WorkerGroup.successor_changed` passes the node agent's word on a successor to every worker, whose drain
    bound then follows it as the node proxy's does.
-4. :meth:`WorkerGroup.stop` (the node proxy's drain begins) sends each worker SIGTERM: each drains its own
-   connections under the same bounds. :meth:`WorkerGroup.aclose` waits for them at most ``wait`` seconds, then
-   kills what is left, and removes the private directory.
+4. :meth:`WorkerGroup.stop` (the node proxy's drain begins) tells each worker to drain
+   (:data:`~ambit.inpod.worker_channel.DRAIN`, a word a worker may hear twice, never a second SIGTERM, which would
+   cut its drain short): each drains its own connections under the same bounds, however long the node proxy's own
+   connections last. :meth:`WorkerGroup.cut` passes on a drain cut short. :meth:`WorkerGroup.aclose` waits for them
+   at most ``wait`` seconds, then kills what is left, and removes the private directory.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from ambit.inpod.settings import NodeProxySettings
-from ambit.inpod.worker_channel import ChannelError, read_frame, write_settings
+from ambit.inpod.worker_channel import CUT, DRAIN, ChannelError, read_frame, say, write_settings
 from ambit.telemetry.metrics import ProxyMetrics
 from ambit.telemetry.peer_counts import PeerCountsError
 from ambit.zds.client import PodHandler
@@ -71,6 +73,8 @@ ZDS_NAME = "zds"
 class _Slot:
     index: int
     proc: asyncio.subprocess.Process | None = None
+    writer: asyncio.StreamWriter | None = None
+    """The control socket to the running worker, once its settings are written."""
     starts: int = 0
     task: asyncio.Task[None] | None = None
 
@@ -155,10 +159,19 @@ class WorkerGroup:
         task.add_done_callback(self._tasks.discard)
 
     def stop(self) -> None:
-        """Rule 4: each worker drains."""
+        """Rule 4: each worker drains (a worker already draining goes on as it was)."""
         self.stopping = True
+        self._say(DRAIN)
+
+    def cut(self) -> None:
+        """Rule 4: the node proxy's drain was cut short; so is each worker's."""
+        self.stopping = True
+        self._say(CUT)
+
+    def _say(self, word: bytes) -> None:
         for slot in self.slots:
-            _signal(slot.proc, signal.SIGTERM)
+            if slot.writer is not None:
+                say(slot.writer, word)
 
     async def aclose(self, wait: float) -> None:
         """Rule 4: wait for the workers (at most ``wait`` seconds), kill what is left, close the server."""
@@ -231,9 +244,10 @@ class WorkerGroup:
             await proc.wait()
             raise
         try:
-            if self.stopping:
-                _signal(proc, signal.SIGTERM)
             await write_settings(writer, self.worker_settings(self.server.socket_path))
+            slot.writer = writer
+            if self.stopping:  # the node proxy began its drain while this worker started
+                say(writer, DRAIN)
             await self._read_reports(reader, peer)
             status = await proc.wait()
             log.log(
@@ -243,6 +257,7 @@ class WorkerGroup:
                 status,
             )
         finally:
+            slot.writer = None
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
