@@ -20,7 +20,8 @@ Rules:
 3. Exec: a pod with no node is 400 ``pod p does not have a host assigned``; a completed pod is 400 ``cannot exec
    into a container in a completed pod; current phase is PHASE``. Only WebSocket upgrades offering a subprotocol of
    :data:`ambit.k8s.remotecommand.PROTOCOLS` are served; any other request (SPDY's POST included) is 400
-   ``Upgrade request required``, after the checks above, so a client falling back to SPDY sees the same errors.
+   ``Upgrade request required``, after the checks above and the kubelet's (asked the same path without an
+   upgrade), so a client falling back to SPDY sees the same errors.
 4. A kubelet that cannot be reached (no ``--kubelet-socket-dir``, no socket, nobody listening) is kube's 500
    ``error dialing backend: ...``; a kubelet's own refusal is passed on with its code and message.
 5. Relays are bounded: one chunk or message is in flight per direction and the next is read only when the last was
@@ -39,7 +40,7 @@ Rules:
    (``max_pod_streams_per_user``, with logs and exec; 429 beyond it) and the kubelet bounds the streams within one.
 8. ``pods/attach`` (authorized as ``create``, like exec) is planned and relayed as exec is, with attach's options
    (no command) and kube's ``cannot attach into a container in a completed pod`` wording; what an attach can do is
-   the kubelet's to say (:mod:`ambit.lab.runtime.kubelet_attach`).
+   the kubelet's to say (:mod:`ambit.lab.runtime.kubelet_server` rule 7).
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
 CHUNK = 32 * 1024
 MAX_MESSAGE = 1024 * 1024
 MAX_ERROR_BODY = 64 * 1024
+KUBELET_ASK_TIMEOUT = 10.0
+"""Seconds the kubelet gets to say whether it would serve an exec or attach (rule 3's SPDY fallback)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +221,23 @@ class PodStreams:
         with contextlib.suppress(OSError):
             await writer.wait_closed()
 
+    async def _kubelet_refusal(self, target: KubeletTarget) -> None:
+        """Raise the kubelet's refusal of ``target`` (what it would have answered the WebSocket), asked without an
+        upgrade; nothing when it would have served it (it answers ``Upgrade request required`` after its checks)."""
+        session, path = self._session(target.node)
+        async with session:
+            try:
+                async with session.get(
+                    f"http://{target.node}{target.path}",
+                    params=target.query,
+                    timeout=aiohttp.ClientTimeout(total=KUBELET_ASK_TIMEOUT),
+                ) as upstream:
+                    refusal = await _kubelet_error(upstream)
+            except (aiohttp.ClientConnectionError, TimeoutError) as exc:
+                raise _dial_error(path, exc) from None
+        if not (upstream.status == 400 and refusal.message == "Upgrade request required"):
+            raise _upgrade_error(upstream.status, refusal.message)
+
     def _session(self, node: str) -> tuple[aiohttp.ClientSession, Path]:
         path = self._socket(node)
         connector = aiohttp.UnixConnector(path=str(path))
@@ -257,7 +277,7 @@ class PodStreams:
         upgrade = request.headers.get("Upgrade", "").lower() == "websocket"
         protocols = offered_protocols(request.headers.get("Sec-WebSocket-Protocol", ""))
         if request.method != "GET" or not upgrade or not protocols:
-            await self._probe(target.node)  # a client falling back to SPDY sees the WebSocket attempt's error
+            await self._kubelet_refusal(target)  # a client falling back to SPDY sees the WebSocket attempt's error
             raise errors.bad_request("Upgrade request required")
         session, path = self._session(target.node)
         async with session:

@@ -32,10 +32,12 @@ Rules:
 7. ``GET /attach/{ns}/{pod}/{container}`` (kube's PodAttachOptions) upgrades to the same WebSocket and attaches to
    the container's main process: its output from now on, read from its log file (which holds stdout and stderr
    merged, so it all comes on stdout's channel, or stderr's when only stderr is asked for), until the container
-   stops (what is left is sent, then a Success Status) or the client goes. Stdin is refused (a 400 Status on the
-   error channel, then the close): a container without ``stdin: true`` has none, and the lab's runtime starts
-   every container with its stdin on ``/dev/null`` and keeps no handle on it, so a container with ``stdin: true``
-   has none either. Resize messages are read and dropped (the main process has no terminal).
+   stops (what is left is sent, then a Success Status) or the client goes. Stdin is refused before the upgrade
+   (a 400 Status, which kubectl prints): a container without ``stdin: true`` has none, and the lab's runtime
+   starts every container with its stdin on ``/dev/null`` and keeps no handle on it, so a container with
+   ``stdin: true`` has none either. Not on the error channel after the upgrade: client-go drops a message on a
+   channel it has not set up yet, so a refusal sent at once could be lost and kubectl exit 0. Resize messages are
+   read and dropped (the main process has no terminal).
 8. ``GET /portForward/{ns}/{pod}`` upgrades to a WebSocket of subprotocol ``SPDY/3.1+portforward.k8s.io`` whose
    binary messages carry a SPDY session of kube's port-forward protocol (:mod:`ambit.k8s.portforward`), relayed to
    the pod's local ports by :mod:`ambit.lab.runtime.port_forward` (at most ``max_port_forward_streams`` streams per
@@ -378,10 +380,14 @@ class KubeletServer:
 
     # -- exec (rule 2) --------------------------------------------------------------------------------------------
     async def _channel(
-        self, request: web.Request, parse: Callable[[Mapping[str, Sequence[str]]], _Options]
+        self,
+        request: web.Request,
+        parse: Callable[[Mapping[str, Sequence[str]]], _Options],
+        refuse: Callable[[Mapping[str, Any], str, _Options], str | None] = lambda *_: None,
     ) -> tuple[Mapping[str, Any], str, _Options, web.WebSocketResponse] | web.Response:
         """What exec and attach check before they speak the channel protocol: the pod and container (rule 1's
-        lookup), the options (kube's 400s), a running container; then the WebSocket, prepared."""
+        lookup), the options (kube's 400s), a running container, ``refuse``'s reason if any (a 400), a WebSocket
+        upgrade (else 400 ``Upgrade request required``); then the WebSocket, prepared."""
         found = self._find(request)
         if isinstance(found, web.Response):
             return found
@@ -392,7 +398,11 @@ class KubeletServer:
             return _status(400, "BadRequest", str(exc))
         if not container_running(pod, container):
             return _status(400, "BadRequest", f'container "{container}" is not running')
+        if (refused := refuse(pod, container, options)) is not None:
+            return _status(400, "BadRequest", refused)
         ws = web.WebSocketResponse(protocols=PROTOCOLS, max_msg_size=MAX_MESSAGE, autoping=True)
+        if not ws.can_prepare(request).ok:  # the API server asking on behalf of a client falling back to SPDY
+            return _status(400, "BadRequest", "Upgrade request required")
         await ws.prepare(request)
         return pod, container, options, ws
 
@@ -418,16 +428,10 @@ class KubeletServer:
 
     # -- attach (rule 7) ------------------------------------------------------------------------------------------
     async def _attach(self, request: web.Request) -> web.StreamResponse:
-        opened = await self._channel(request, parse_attach_options)
+        opened = await self._channel(request, parse_attach_options, attach_refusal)
         if isinstance(opened, web.Response):
             return opened
         pod, container, options, ws = opened
-        refused = attach_refusal(pod, container, options)
-        if refused is not None:  # on the error channel, as kube's runtime answers, so kubectl shows it
-            failure = failure_status(refused) | {"reason": "BadRequest", "code": 400}
-            await ws.send_bytes(status_message(failure))
-            await ws.close()
-            return ws
         uid = str((pod.get("metadata") or {}).get("uid") or "")
         ns, name = request.match_info["ns"], request.match_info["pod"]
         channel = Channel.STDOUT if options.stdout or options.tty else Channel.STDERR
