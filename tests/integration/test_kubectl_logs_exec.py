@@ -542,3 +542,18 @@ async def test_attach_refuses_a_completed_pod_and_needs_create_on_pods_attach(ri
     url = "/api/v1/namespaces/default/pods/p/attach?stdout=true"
     code, _, err = await run_kubectl(rig.config, "create", "--raw", url, "-f", "/dev/null")
     assert code != 0 and "cannot attach into a container in a completed pod; current phase is Succeeded" in err, err
+
+
+async def test_a_request_without_an_upgrade_gets_the_kubelets_refusal_else_upgrade_request_required(rig: Rig) -> None:
+    """As SPDY's fallback sees it: the API server asks the kubelet, which refuses what it would have refused the
+    WebSocket, and otherwise needs the upgrade."""
+    await rig.pod("p")
+    url = "/api/v1/namespaces/default/pods/p/attach?stdin=true&stdout=true"
+    code, _, err = await run_kubectl(rig.config, "create", "--raw", url, "-f", "/dev/null")
+    assert code != 0 and 'unable to upgrade connection: container "main" was not started with stdin: true' in err, err
+    for url in (
+        "/api/v1/namespaces/default/pods/p/attach?stdout=true",
+        "/api/v1/namespaces/default/pods/p/exec?command=true&stdout=true",
+    ):
+        code, _, err = await run_kubectl(rig.config, "create", "--raw", url, "-f", "/dev/null")
+        assert code != 0 and "Upgrade request required" in err, err
