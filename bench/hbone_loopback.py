@@ -8,7 +8,8 @@ work alone: both proxies' Python, TLS and syscalls, as in the lab but without ve
 Each relay counts its bytes into an :class:`~ambit.proxy.accounting.Accounting` (metrics and access log), as the
 node proxy's do.
 
-Printed: 1-byte request/response round trips per second on one connection, and proxy CPU µs per round trip;
+Printed: 1-byte request/response round trips per second on one connection, proxy CPU µs per round trip, and the
+round trip's p50, p99 and p99.9 as the client saw it;
 bulk MB/s one way through one tunnel, and proxy CPU seconds per GB.
 
 ``--peer stunnel`` runs the same applications through a stunnel pair on loopback instead (the C baseline: mutual
@@ -84,10 +85,13 @@ clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(streams)
 for client in clients:
     client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 count, totals, start = 0, [0] * streams, time.perf_counter()
+took = []
 if mode == "rr":
     client = clients[0]
-    while time.perf_counter() - start < seconds:
+    clock = time.perf_counter
+    while (sent := clock()) - start < seconds:
         client.sendall(b"x"); client.recv(16); count += 1
+        took.append(clock() - sent)
 else:
     block = b"\xa5" * 262144
     def send(i):
@@ -98,7 +102,9 @@ else:
     for sender in senders: sender.join()
 for client in clients:
     client.shutdown(socket.SHUT_WR); client.recv(16)
-print(json.dumps({"count": count, "bytes": sum(totals), "seconds": time.perf_counter() - start}), flush=True)
+took.sort()
+tail = {f"p{q:g}": took[min(int(len(took) * q / 100), len(took) - 1)] for q in (50, 99, 99.9)} if took else {}
+print(json.dumps({"count": count, "bytes": sum(totals), "seconds": time.perf_counter() - start} | tail), flush=True)
 """
 
 
@@ -185,6 +191,9 @@ def _figures(mode: str, result: dict[str, float], cpu: float, user: float | None
         figures = {"round trips/s": result["count"] / result["seconds"], "proxy CPU µs/RT": cpu / result["count"] * 1e6}
         if user is not None:
             figures["of which user µs/RT"] = user / result["count"] * 1e6
+        for q in ("p50", "p99", "p99.9"):  # the round trip as the client saw it, proxies and applications
+            if q in result:
+                figures[f"{q} µs"] = result[q] * 1e6
         return figures
     gigabytes = result["bytes"] / 1e9
     figures = {"MB/s": result["bytes"] / result["seconds"] / 1e6, "proxy CPU-s/GB": cpu / gigabytes}
