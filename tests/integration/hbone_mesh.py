@@ -9,8 +9,8 @@ from collections.abc import Awaitable, Callable
 
 from bench.relaying import relay
 
-from ambit.hbone.connection import HboneSettings
 from ambit.hbone.headers import parse_authority
+from ambit.hbone.settings import HboneSettings
 from ambit.identity.localca import LocalCa
 from ambit.model.identity import SpiffeId
 from ambit.proxy.drain import DrainSignal

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ambit.hbone.connection import HboneSettings
+from ambit.hbone.settings import HboneSettings
 from ambit.identity.localca import LocalCa
 from ambit.model.identity import SpiffeId
 from ambit.proxy.hbone_client import HboneClient

@@ -23,10 +23,10 @@ import grpc.aio  # type: ignore[import-untyped]
 import pytest
 
 from ambit.hbone import wire
-from ambit.hbone.connection import HboneSettings
 from ambit.hbone.events import RequestReceived
 from ambit.hbone.grpc_calls import PREFIX, StatusCode, encode_message
 from ambit.hbone.messages import Http2ServerConnection
+from ambit.hbone.settings import HboneSettings
 from ambit.identity.caclient import CaError
 from ambit.identity.istiod import IstiodCaClient
 from ambit.model.identity import SpiffeId

@@ -31,7 +31,7 @@ from tests.integration.hbone_mesh import (
 
 from ambit import native
 from ambit.hbone import wire
-from ambit.hbone.connection import HboneSettings
+from ambit.hbone.settings import HboneSettings
 from ambit.identity.localca import LocalCa
 from ambit.model.identity import SpiffeId
 from ambit.proxy.drain import DrainSignal

@@ -36,7 +36,7 @@ from tests.integration.proxy_rig import (
 )
 
 from ambit import native
-from ambit.hbone.connection import HboneSettings
+from ambit.hbone.settings import HboneSettings
 from ambit.proxy.errors import StreamClosedError
 from ambit.proxy.hbone_stream import WRITE_BOUND
 from ambit.proxy.relay import RelayResult, Splice, close_now, splice

@@ -28,7 +28,7 @@ from tests.conftest import use_records_path
 from tests.integration.proxy_rig import CLIENT, SERVER, TD, HbonePair, connected_pair, expect_reset, rst_close, until
 
 from ambit import native
-from ambit.hbone.connection import HboneSettings
+from ambit.hbone.settings import HboneSettings
 from ambit.identity.localca import LocalCa
 from ambit.proxy import relay as relay_module
 from ambit.proxy.hbone_stream import HboneStream

@@ -32,7 +32,8 @@ from hpack import Encoder
 from tests.integration.inbound_rig import POD_IP, inbound_proxy
 
 from ambit.hbone import wire
-from ambit.hbone.connection import MAX_CONTINUATIONS, MAX_EARLY_RESETS, HboneSettings
+from ambit.hbone.budgets import MAX_CONTINUATIONS, MAX_EARLY_RESETS
+from ambit.hbone.settings import HboneSettings
 from ambit.identity.localca import LocalCa
 from ambit.model.identity import SpiffeId
 from ambit.proxy.hbone_client import HboneClient, TunnelRefusedError

@@ -1,4 +1,4 @@
-"""The server's budgets against floods (rules A-C of ``ambit.hbone.connection``), driven by a raw attacker in memory.
+"""The server's budgets against floods (rules A-C of ``ambit.hbone.budgets``), driven by a raw attacker in memory.
 
 The attacker writes frames by hand (hpack for the header blocks), as the published attacks do: "MadeYouReset"
 (CVE-2025-8671) pairs of CONNECT and an invalid WINDOW_UPDATE, PING and SETTINGS floods against blocked output,
@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ambit.hbone import ConnectionTerminated, Event, HboneServerConnection, StreamReset, TunnelRequested, wire
-from ambit.hbone.connection import MAX_CONTINUATIONS, MAX_EARLY_RESETS, MAX_EMPTY_DATA, MAX_QUEUED_CONTROL
+from ambit.hbone.budgets import MAX_CONTINUATIONS, MAX_EARLY_RESETS, MAX_EMPTY_DATA, MAX_QUEUED_CONTROL
 
 AUTHORITY = "198.18.200.7:8080"
 

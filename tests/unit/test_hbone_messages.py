@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ambit.hbone import wire
-from ambit.hbone.connection import MAX_EARLY_RESETS, HboneSettings
+from ambit.hbone.budgets import MAX_EARLY_RESETS
 from ambit.hbone.events import (
     ConnectionTerminated,
     DataReceived,
@@ -23,6 +23,7 @@ from ambit.hbone.events import (
     TrailersReceived,
 )
 from ambit.hbone.messages import Http2ClientConnection, Http2ServerConnection
+from ambit.hbone.settings import HboneSettings
 
 GRPC_REQUEST = [
     (":method", "POST"),

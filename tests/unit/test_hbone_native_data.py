@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from tests.conftest import hbone_data_or_skip
 
 from ambit.hbone import DataReceived, Event, HboneClientConnection, HboneServerConnection, HboneSettings, wire
-from ambit.hbone.connection import MAX_EMPTY_DATA
+from ambit.hbone.budgets import MAX_EMPTY_DATA
 from ambit.tls.write_backlog import WriteBacklog
 
 KiB = 1024

@@ -8,8 +8,8 @@ import pytest
 from hpack import Decoder
 
 from ambit.hbone import HboneClientConnection, HboneServerConnection, TunnelRequested, wire
-from ambit.hbone.connection import _OPENINGS_CACHED, HboneSettings, _opening
 from ambit.hbone.errors import HboneError
+from ambit.hbone.settings import OPENINGS_CACHED, HboneSettings, opening
 
 
 def _expected_opening(settings: HboneSettings, *, client: bool) -> bytes:
@@ -52,10 +52,10 @@ def test_invalid_settings_are_refused_every_time_never_cached() -> None:
 
 
 def test_the_opening_cache_keeps_a_bounded_number_of_settings() -> None:
-    for window in range(2 * _OPENINGS_CACHED):
+    for window in range(2 * OPENINGS_CACHED):
         settings = HboneSettings(stream_window=65535 + window)
         assert HboneServerConnection(settings).data_to_send() == _expected_opening(settings, client=False)
-    assert _opening.cache_info().currsize <= _OPENINGS_CACHED
+    assert opening.cache_info().currsize <= OPENINGS_CACHED
 
 
 def _pair() -> tuple[HboneClientConnection, HboneServerConnection]:

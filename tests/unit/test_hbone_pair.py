@@ -23,7 +23,7 @@ from ambit.hbone import (
     connect_headers,
     wire,
 )
-from ambit.hbone.connection import MAX_EARLY_RESETS
+from ambit.hbone.budgets import MAX_EARLY_RESETS
 
 MiB = 1024 * 1024
 

@@ -2,13 +2,14 @@
 
 ``HboneClientConnection`` opens tunnels, ``HboneServerConnection`` accepts them; both take bytes with
 ``receive_data`` (returning :mod:`ambit.hbone.events`) and give bytes with ``data_to_send``. ``connection.py``
-explains the HTTP/2 engine, its flow control and the stream table; ``wire.py`` has the frame layout.
+explains the HTTP/2 engine and its layers (``state.py``: flow control and the stream table; ``budgets.py``;
+``receiving.py``); ``settings.py`` has its parameters, ``wire.py`` the frame layout.
 """
 
 from __future__ import annotations
 
 from ambit.hbone.client import HboneClientConnection
-from ambit.hbone.connection import HboneConnection, HboneSettings
+from ambit.hbone.connection import HboneConnection
 from ambit.hbone.errors import AuthorityError, HboneError, HboneProtocolError
 from ambit.hbone.events import (
     ConnectionDraining,
@@ -32,6 +33,7 @@ from ambit.hbone.headers import (
     parse_authority,
 )
 from ambit.hbone.server import HboneServerConnection
+from ambit.hbone.settings import HboneSettings
 
 __all__ = [
     "AuthorityError",

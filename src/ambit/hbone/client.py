@@ -12,10 +12,11 @@ import re
 from collections.abc import Sequence
 
 from ambit.hbone import wire
-from ambit.hbone.connection import HboneConnection, RawHeaders
+from ambit.hbone.connection import HboneConnection
 from ambit.hbone.errors import HboneError, HboneProtocolError
 from ambit.hbone.events import Event, Headers, TunnelEstablished, TunnelRefused
 from ambit.hbone.headers import parse_authority
+from ambit.hbone.receiving import RawHeaders
 from ambit.model.field_names import LOWER_TOKEN, LOWER_TOKEN_BYTES
 
 _BAD_VALUE = re.compile(rb"[\r\n\0]")

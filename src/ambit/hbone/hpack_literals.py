@@ -11,7 +11,7 @@ Why: the fields of an HBONE CONNECT differ per tunnel (the client's address in `
 nothing but evictions, and the general encoder's table search costs more than the tunnel's own framing.
 
 The caller must not use this for a block that has to carry a dynamic table size update (§4.2: the first block after
-the peer lowered SETTINGS_HEADER_TABLE_SIZE); :meth:`ambit.hbone.connection.HboneConnection._send_headers` sends
+the peer lowered SETTINGS_HEADER_TABLE_SIZE); :meth:`ambit.hbone.state.ConnectionState._send_headers` sends
 that block through the stateful encoder.
 """
 

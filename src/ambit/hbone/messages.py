@@ -2,7 +2,7 @@
 
 Theory of operation: :class:`Http2ServerConnection` accepts requests (the client's streams), and
 :class:`Http2ClientConnection` sends them; both are :class:`~ambit.hbone.connection.HboneConnection` subclasses,
-so framing, flow control, the stream table and the peer's budgets (rules A-C of ``connection.py``: rapid reset,
+so framing, flow control, the stream table and the peer's budgets (rules A-C of ``budgets.py``: rapid reset,
 control-frame floods, header-block size) are the engine's. What is added here is the reading of header blocks as
 requests, responses and trailers, and sending trailers.
 
@@ -32,7 +32,7 @@ from collections.abc import Sequence
 
 from ambit.hbone import wire
 from ambit.hbone.client import _split_response
-from ambit.hbone.connection import HboneConnection, HboneSettings, RawHeaders, _Stream
+from ambit.hbone.connection import HboneConnection
 from ambit.hbone.errors import HboneError, HboneProtocolError
 from ambit.hbone.events import (
     DataReceived,
@@ -46,6 +46,9 @@ from ambit.hbone.events import (
     StreamWritable,
     TrailersReceived,
 )
+from ambit.hbone.receiving import RawHeaders
+from ambit.hbone.settings import HboneSettings
+from ambit.hbone.state import _Stream
 from ambit.model.field_names import LOWER_TOKEN, LOWER_TOKEN_BYTES
 
 _BAD_VALUE = re.compile(rb"[\r\n\0]")

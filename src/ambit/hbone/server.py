@@ -19,10 +19,11 @@ import re
 from collections.abc import Sequence
 
 from ambit.hbone import wire
-from ambit.hbone.connection import HboneConnection, RawHeaders
+from ambit.hbone.connection import HboneConnection
 from ambit.hbone.errors import AuthorityError, HboneError, HboneProtocolError
 from ambit.hbone.events import Event, StreamEnded, TunnelRejected, TunnelRequested
 from ambit.hbone.headers import parse_authority
+from ambit.hbone.receiving import RawHeaders
 from ambit.model.field_names import LOWER_TOKEN_BYTES
 
 _BAD_VALUE = re.compile(rb"[\r\n\0]")

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ambit.errors import AmbitError
-from ambit.hbone.connection import MAX_CONCURRENT_STREAMS
 from ambit.hbone.liveness import LivenessSettings, LivenessSettingsError
+from ambit.hbone.settings import MAX_CONCURRENT_STREAMS
 from ambit.model.identity import DEFAULT_TRUST_DOMAIN
 from ambit.proxy.admission import (
     DEFAULT_NODE_CONNECTIONS_PER_PEER,

@@ -30,9 +30,9 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ambit.hbone.client import HboneClientConnection
-from ambit.hbone.connection import HboneSettings
 from ambit.hbone.events import Headers
 from ambit.hbone.headers import hostport
+from ambit.hbone.settings import HboneSettings
 from ambit.model.identity import SpiffeId
 from ambit.proxy.errors import ProxyError, ResponseFlag
 from ambit.proxy.hbone_stream import ConnectionLostError, HboneSession, HboneStream

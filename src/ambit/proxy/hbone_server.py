@@ -56,10 +56,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ambit.hbone.connection import HboneSettings
 from ambit.hbone.events import Headers, TunnelRequested
 from ambit.hbone.liveness import Expire, LivenessSettings, LivenessTimer, SendPing
 from ambit.hbone.server import HboneServerConnection
+from ambit.hbone.settings import HboneSettings
 from ambit.model.identity import SpiffeId
 from ambit.proxy.admission import DEFAULT_HANDSHAKE_TIMEOUT, Ticket
 from ambit.proxy.drain import DrainSignal

@@ -51,8 +51,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ambit.hbone.connection import MAX_CONCURRENT_STREAMS
 from ambit.hbone.headers import hostport
+from ambit.hbone.settings import MAX_CONCURRENT_STREAMS
 from ambit.model.identity import SpiffeId
 from ambit.proxy.errors import ProxyError
 from ambit.proxy.hbone_stream import ConnectionLostError, HboneStream

@@ -46,10 +46,10 @@ from collections.abc import Callable, Iterable
 
 from ambit.errors import AmbitError
 from ambit.hbone import wire
-from ambit.hbone.connection import HboneSettings
 from ambit.hbone.errors import HboneError
 from ambit.hbone.events import RequestReceived, RequestRejected
 from ambit.hbone.messages import Http2ServerConnection
+from ambit.hbone.settings import HboneSettings
 from ambit.proxy.streams import ByteStream
 from ambit.waypoint.context import Tunnel, WaypointContext
 from ambit.waypoint.decisions import RequestHead

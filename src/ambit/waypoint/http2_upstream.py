@@ -20,9 +20,9 @@ import asyncio
 import contextlib
 from collections.abc import Iterable
 
-from ambit.hbone.connection import HboneSettings
 from ambit.hbone.errors import HboneError
 from ambit.hbone.messages import Http2ClientConnection
+from ambit.hbone.settings import HboneSettings
 from ambit.waypoint.context import Tunnel, WaypointContext
 from ambit.waypoint.decisions import RequestHead
 from ambit.waypoint.destinations import Endpoint

@@ -42,8 +42,8 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from ambit.errors import AmbitError
-from ambit.hbone.connection import HboneSettings
 from ambit.hbone.headers import hostport
+from ambit.hbone.settings import HboneSettings
 from ambit.model.workload import AppProtocol
 from ambit.proxy.admission import Ticket
 from ambit.proxy.hbone_server import HboneServer, InboundRequest, TunnelResponder

@@ -24,7 +24,6 @@ import contextlib
 import logging
 
 from ambit.hbone import wire
-from ambit.hbone.connection import HboneSettings
 from ambit.hbone.errors import HboneError
 from ambit.hbone.events import (
     ConnectionDraining,
@@ -40,6 +39,7 @@ from ambit.hbone.events import (
 from ambit.hbone.grpc_calls import CallResponse, CallStatus, MessageQueue, StatusCode, encode_message
 from ambit.hbone.liveness import Expire, LivenessSettings, LivenessTimer, SendPing
 from ambit.hbone.messages import Http2ClientConnection
+from ambit.hbone.settings import HboneSettings
 from ambit.xds.errors import GrpcCallError
 from ambit.xds.keepalive import KeepaliveSettings
 
