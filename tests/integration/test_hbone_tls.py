@@ -37,7 +37,7 @@ from ambit.model.identity import SpiffeId
 from ambit.proxy.drain import DrainSignal
 from ambit.proxy.errors import ResponseFlag, StreamClosedError
 from ambit.proxy.hbone_client import HboneClient, HboneConnectError, TunnelRefusedError
-from ambit.proxy.hbone_stream import ConnectionLostError
+from ambit.proxy.hbone_session import ConnectionLostError
 from ambit.proxy.pool import ConnectionPool
 from ambit.proxy.sockets import connect
 from ambit.tls.socket_transport import TlsTransportKind

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from tests.integration.waypoint_rig import CLIENT_IP, ECHO_VIP, HttpOverTunnel, Rig, started_rig
 
-from ambit.proxy.hbone_stream import HboneSession
+from ambit.proxy.hbone_session import HboneSession
 from ambit.tls.socket_transport import TlsTransportKind
 from ambit.waypoint.settings import WaypointLimits
 

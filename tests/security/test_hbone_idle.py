@@ -32,7 +32,7 @@ from ambit.inpod.eventloop import run
 from ambit.model.identity import SpiffeId
 from ambit.proxy.admission import ListenerLimits
 from ambit.proxy.hbone_client import HboneClient
-from ambit.proxy.hbone_stream import GOAWAY_GRACE
+from ambit.proxy.hbone_session import GOAWAY_GRACE
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from ambit.model.identity import SpiffeId
 from ambit.proxy.hbone_client import TunnelRefusedError
-from ambit.proxy.hbone_stream import ConnectionLostError
+from ambit.proxy.hbone_session import ConnectionLostError
 from ambit.proxy.pool import PoolKey
 
 SRC = SpiffeId("cluster.local", "a", "client")

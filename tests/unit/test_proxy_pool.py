@@ -9,7 +9,7 @@ from pool_fakes import KEY, OTHER_KEY, Clock, Dialer, FakeConnection, settle
 
 from ambit.proxy import pool as pool_module
 from ambit.proxy.hbone_client import TunnelRefusedError
-from ambit.proxy.hbone_stream import ConnectionLostError
+from ambit.proxy.hbone_session import ConnectionLostError
 from ambit.proxy.pool import ConnectionPool, PoolClosedError
 
 

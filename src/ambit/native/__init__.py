@@ -3,7 +3,7 @@
 Theory of operation: C sources next to this module are built by ``make install`` (``scripts/build_native.py``)
 into extension modules; ``_tls_records`` is the TLS record path of :mod:`ambit.tls.native_transport`, and
 ``_hbone_data`` the DATA frames of attached HBONE streams parsed on that path (``hbone_data.c``; used only with the
-records, by :class:`~ambit.proxy.hbone_stream.HboneSession` on a native transport). Every
+records, by :class:`~ambit.proxy.hbone_session.HboneSession` on a native transport). Every
 accelerated path has a pure-Python fallback that passes the same tests. The choice is made once per process, at
 start-up, from the environment:
 

@@ -7,7 +7,7 @@
         ├── StreamClosedError        a read or write on a stream reset by the peer or aborted locally
         ├── HboneConnectError        (proxy.hbone_client) an HBONE connection could not be set up
         ├── TunnelRefusedError       (proxy.hbone_client) the server answered a CONNECT with an error status
-        ├── ConnectionLostError      (proxy.hbone_stream) the HBONE connection died under a tunnel
+        ├── ConnectionLostError      (proxy.hbone_session) the HBONE connection died under a tunnel
         └── InboundRefusedError      (proxy.inbound) the inbound side refused a connection: status and flag
 
 Blame: :class:`ProxyConnectError` and :class:`StreamClosedError` describe what the network or a peer did (refused,

@@ -8,7 +8,7 @@ preface is sent after that check, and ``connect`` returns once the server's firs
 the server judges our certificate after our handshake has finished, so a server that refuses us shows up here as
 a closed connection rather than later, in the middle of someone's tunnel. A server that took our certificate (its
 SETTINGS arrived) but is already going away (its GOAWAY, or its close, came with them: a proxy that accepted the
-connection as its drain began) fails the connect with :class:`~ambit.proxy.hbone_stream.ConnectionLostError`,
+connection as its drain began) fails the connect with :class:`~ambit.proxy.hbone_session.ConnectionLostError`,
 which the pool retries on a fresh connection.
 
 Each :meth:`HboneClient.open_tunnel` is one CONNECT stream; it claims its stream slot synchronously (before its
@@ -16,7 +16,7 @@ first suspension, as :class:`~ambit.proxy.pool.ConnectionPool` requires) and wai
 
 Errors (all :class:`~ambit.proxy.errors.ProxyError`): :class:`HboneConnectError` for a failed connection set-up
 with the access-log response flag in ``flag``; :class:`TunnelRefusedError` for a non-200 answer;
-:class:`~ambit.proxy.hbone_stream.ConnectionLostError` when the connection died before answering (safe to retry).
+:class:`~ambit.proxy.hbone_session.ConnectionLostError` when the connection died before answering (safe to retry).
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ from ambit.hbone.headers import hostport
 from ambit.hbone.settings import HboneSettings
 from ambit.model.identity import SpiffeId
 from ambit.proxy.errors import ProxyError, ResponseFlag
-from ambit.proxy.hbone_stream import ConnectionLostError, HboneSession, HboneStream
+from ambit.proxy.hbone_session import ConnectionLostError, HboneSession
+from ambit.proxy.hbone_stream import HboneStream
 from ambit.proxy.revocation import PeerRevokedError, RevocationManager
 from ambit.telemetry.metrics import Reporter
 from ambit.tls.contexts import verified_chain

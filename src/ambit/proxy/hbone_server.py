@@ -64,7 +64,8 @@ from ambit.model.identity import SpiffeId
 from ambit.proxy.admission import DEFAULT_HANDSHAKE_TIMEOUT, Ticket
 from ambit.proxy.drain import DrainSignal
 from ambit.proxy.errors import ProxyError
-from ambit.proxy.hbone_stream import HboneSession, HboneStream
+from ambit.proxy.hbone_session import HboneSession
+from ambit.proxy.hbone_stream import HboneStream
 from ambit.proxy.revocation import RevocationManager, Tracked
 from ambit.telemetry.metrics import Reporter
 from ambit.tls.contexts import verified_chain

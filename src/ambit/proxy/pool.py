@@ -55,7 +55,8 @@ from ambit.hbone.headers import hostport
 from ambit.hbone.settings import MAX_CONCURRENT_STREAMS
 from ambit.model.identity import SpiffeId
 from ambit.proxy.errors import ProxyError
-from ambit.proxy.hbone_stream import ConnectionLostError, HboneStream
+from ambit.proxy.hbone_session import ConnectionLostError
+from ambit.proxy.hbone_stream import HboneStream
 
 
 class PoolClosedError(ProxyError):
