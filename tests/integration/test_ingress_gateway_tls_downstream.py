@@ -1,6 +1,6 @@
 """The ingress gateway's TLS-terminated downstream on the socket TLS transport, on each record path (Python, C).
 
-The gateway terminates an HTTPS or TLS_TERMINATE listener's TLS with :func:`ambit.tls.socket_transport.open_tls`
+The gateway terminates an HTTPS or TLS_TERMINATE listener's TLS with :func:`ambit.tls.socket_handshake.open_tls`
 and serves the connection through :class:`~ambit.proxy.transport_stream.TransportStream`. Replayed against the real
 :class:`~ambit.waypoint.ingress.IngressGateway` on loopback with real TLS clients: the server name picks the
 listener's certificate (two certificates, the context switched in the server-name callback on an ``SSLSocket``),

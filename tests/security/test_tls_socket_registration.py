@@ -16,7 +16,8 @@ import pytest
 from tests.security.tls_peers import CLIENT, TD, Certs, Sink, served, tcp_pair
 
 from ambit.identity.localca import LocalCa
-from ambit.tls.socket_transport import TlsSocketTransport, open_tls
+from ambit.tls.socket_handshake import open_tls
+from ambit.tls.socket_transport import TlsSocketTransport
 
 pytestmark = pytest.mark.usefixtures("records_path", "no_peer_traceback")
 

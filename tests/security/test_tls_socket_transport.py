@@ -36,8 +36,9 @@ from tests.security.tls_peers import (
 )
 
 from ambit.identity.localca import LocalCa
-from ambit.tls import contexts, socket_transport
-from ambit.tls.socket_transport import READ_AHEAD_BUFFER, TlsTransportKind, open_tls
+from ambit.tls import contexts, socket_handshake
+from ambit.tls.socket_handshake import open_tls
+from ambit.tls.socket_transport import READ_AHEAD_BUFFER, TlsTransportKind
 from ambit.tls.spiffe import check_peer
 
 # Every test on both record paths (Python and C), and no traceback for a peer's failure.
@@ -268,7 +269,7 @@ async def test_a_context_made_for_the_transport_reads_ahead_with_no_step_per_con
     def per_connection(tls: ssl.SSLSocket, buffer_len: int) -> None:
         raise AssertionError("read-ahead set up per connection on a context that has it")
 
-    monkeypatch.setattr(socket_transport, "read_ahead", per_connection)
+    monkeypatch.setattr(socket_handshake, "read_ahead", per_connection)
     client, server = Sink(), Sink()
     client_transport, server_transport = await socket_pair(certs, client, server)
     try:
@@ -292,7 +293,7 @@ async def test_records_held_by_openssl_are_delivered_when_what_it_holds_cannot_b
     """A connection of a context reading ahead whose ``SSL_has_pending`` cannot be reached (its ``SSL *`` failed
     the checks): the Python records read until OpenSSL says ``WANT_READ``, so records it took in one ``read`` are
     not left waiting for a readiness the poller will not report. (The C records ask OpenSSL themselves.)"""
-    monkeypatch.setattr(socket_transport, "pending_probe", lambda tls: None)
+    monkeypatch.setattr(socket_handshake, "pending_probe", lambda tls: None)
     loop = asyncio.get_running_loop()
     client, server = await tcp_pair()
     protocol = Sink()
@@ -420,7 +421,7 @@ async def test_a_failure_right_after_the_socket_is_wrapped_closes_its_descriptor
     def failing(tls: ssl.SSLSocket, size: int) -> None:
         raise OSError("read-ahead refused")
 
-    monkeypatch.setattr(socket_transport, "read_ahead", failing)
+    monkeypatch.setattr(socket_handshake, "read_ahead", failing)
     client, server = await tcp_pair()
     descriptor = os.fstat(client.fileno())
     with pytest.raises(OSError, match="read-ahead refused"):  # the context does not read ahead: per connection

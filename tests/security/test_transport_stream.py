@@ -19,7 +19,8 @@ from tests.supervision import until_true
 
 from ambit.proxy.errors import StreamClosedError
 from ambit.proxy.transport_stream import TransportStream
-from ambit.tls.socket_transport import TlsSocketTransport, open_tls
+from ambit.tls.socket_handshake import open_tls
+from ambit.tls.socket_transport import TlsSocketTransport
 
 pytestmark = [pytest.mark.timeout(30), pytest.mark.usefixtures("records_path", "no_peer_traceback")]
 

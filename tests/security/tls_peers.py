@@ -25,7 +25,8 @@ from ambit import native
 from ambit.identity.localca import LocalCa
 from ambit.model.identity import SpiffeId
 from ambit.tls import contexts
-from ambit.tls.socket_transport import READ_AHEAD_BUFFER, TlsSocketTransport, TlsTransportKind, open_tls
+from ambit.tls.socket_handshake import open_tls
+from ambit.tls.socket_transport import READ_AHEAD_BUFFER, TlsSocketTransport, TlsTransportKind
 from ambit.tls.workload import WorkloadCertificate
 
 TD = "cluster.local"

@@ -70,7 +70,8 @@ from ambit.proxy.revocation import RevocationManager, Tracked
 from ambit.telemetry.metrics import Reporter
 from ambit.tls.contexts import verified_chain
 from ambit.tls.errors import PeerIdentityError
-from ambit.tls.socket_transport import READ_AHEAD_BUFFER, Addresses, TlsTransportKind, open_tls
+from ambit.tls.socket_handshake import open_tls
+from ambit.tls.socket_transport import READ_AHEAD_BUFFER, Addresses, TlsTransportKind
 
 if TYPE_CHECKING:
     from ambit.tls.workload import WorkloadCertificate

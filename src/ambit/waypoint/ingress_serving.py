@@ -9,7 +9,7 @@ the next request on; what a connection negotiated stays its own.
 Rules:
 
 1. HTTPS: the connection is TLS-terminated (:mod:`ambit.waypoint.ingress_tls`) on the socket TLS transport
-   (:func:`~ambit.tls.socket_transport.open_tls`, its records in C where this process runs the native accelerator,
+   (:func:`~ambit.tls.socket_handshake.open_tls`, its records in C where this process runs the native accelerator,
    :mod:`ambit.native`) and read and written through the stream that is its protocol
    (:class:`~ambit.proxy.transport_stream.TransportStream`): the client's server name (SNI) picks the listener
    (:class:`~ambit.waypoint.ingress_routing.IngressRouter`) and, among that listener's certificates, the first
@@ -71,7 +71,7 @@ from ambit.proxy.streams import ByteStream, SocketStream
 from ambit.proxy.transport_stream import TransportStream
 from ambit.telemetry.metrics import Reporter
 from ambit.tls.client_auth import ClientRefused
-from ambit.tls.socket_transport import open_tls
+from ambit.tls.socket_handshake import open_tls
 from ambit.waypoint.client_cert import ClientCertificate
 from ambit.waypoint.context import SelfReport, Tunnel, WaypointContext
 from ambit.waypoint.destinations import ServiceTarget
