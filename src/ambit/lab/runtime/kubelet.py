@@ -45,7 +45,8 @@ from ambit.lab.runtime.node_status import HostInfo, node_manifest, node_status
 from ambit.lab.runtime.node_taints import NodeTaint
 from ambit.lab.runtime.pod_record import STATE_FILE, PodRecord
 from ambit.lab.runtime.pod_status import sandbox_error_message
-from ambit.lab.runtime.pod_worker import PodWorker, forget_pod_files
+from ambit.lab.runtime.pod_token import forget_pod_files
+from ambit.lab.runtime.pod_worker import PodWorker
 from ambit.lab.runtime.processes import ProcessHandle, find_process, stop_process
 from ambit.lab.runtime.seccomp import SECCOMP_DIR
 from ambit.lab.runtime.userns import (
