@@ -33,13 +33,9 @@ from ambit.apiserver.cells import (
     parse_timestamp,
     since,
 )
+from ambit.apiserver.workload_cells import containers_and_images
 
 _STATUS_ORDER = ("Complete", "Failed", "Terminating", "Suspended", "FailureTarget", "SuccessCriteriaMet")
-
-
-def _containers_and_images(template: Any) -> tuple[str, str]:
-    containers = as_maps(as_map(as_map(template).get("spec")).get("containers"))
-    return ",".join(as_str(c.get("name")) for c in containers), ",".join(as_str(c.get("image")) for c in containers)
 
 
 def job_state(job: Mapping[str, Any]) -> str:
@@ -74,7 +70,7 @@ def job_duration(job: Mapping[str, Any], now: float) -> str:
 
 def job_cells(job: Mapping[str, Any], now: float) -> list[Cell]:
     spec = as_map(job.get("spec"))
-    names, images = _containers_and_images(spec.get("template"))
+    names, images = containers_and_images(spec.get("template"))
     return [
         name_of(job),
         job_state(job),
@@ -90,7 +86,7 @@ def job_cells(job: Mapping[str, Any], now: float) -> list[Cell]:
 def cron_job_cells(cron: Mapping[str, Any], now: float) -> list[Cell]:
     spec, status = as_map(cron.get("spec")), as_map(cron.get("status"))
     job_spec = as_map(as_map(spec.get("jobTemplate")).get("spec"))
-    names, images = _containers_and_images(job_spec.get("template"))
+    names, images = containers_and_images(job_spec.get("template"))
     last = status.get("lastScheduleTime")
     return [
         name_of(cron),
