@@ -18,7 +18,7 @@ from apiserver_client import ApiClient, Reply, assert_status, configmap, pod
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ambit.apiserver.http import MAX_BODY
+from ambit.apiserver.http_bodies import MAX_BODY
 from ambit.apiserver.server import ApiServer, ApiServerSettings
 
 CMS = "/api/v1/namespaces/default/configmaps"
