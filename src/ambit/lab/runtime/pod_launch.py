@@ -140,7 +140,7 @@ class ContainerLauncher:
         return ids
 
     def _write_resolv_conf(self) -> VolumeMount:
-        """Rule 2c: the pod's resolv.conf, written atomically, as a read-only mount of ``/etc/resolv.conf``."""
+        """The worker's rule 2c: the pod's resolv.conf, written atomically, as a read-only ``/etc/resolv.conf``."""
         s = self.worker.runtime.settings
         try:
             node = parse_resolv_conf(s.node_resolv_conf.read_text(errors="replace"))

@@ -112,7 +112,7 @@ class PodSetup:
             except VolumeError as exc:
                 self.event("Warning", "FailedMount", str(exc))
                 if not exc.retry:
-                    await asyncio.Event().wait()  # until the pod is deleted (rule 4 cancels this)
+                    await asyncio.Event().wait()  # until the pod is deleted (the worker's rule 4 cancels this)
             await self.runtime.sleep(delay)
             delay = min(delay * 2, s.sandbox_backoff_max)
 
