@@ -46,8 +46,7 @@ from ambit.xds.convert import ADDRESS_TYPE_URL
 from ambit.xds.errors import GrpcCallError
 from ambit.xds.grpc_channel import ChannelSettings, GrpcChannel
 from ambit.xds.keepalive import DEFAULT_KEEPALIVE
-from ambit.xds.server import METHOD, SERVICE_NAME
-from ambit.xds.session import AUTHORIZATION_TYPE_URL
+from ambit.xds.session import AUTHORIZATION_TYPE_URL, METHOD, SERVICE_NAME
 from bench.scale.shared_held import HeldPool, WildcardSession
 
 PATH = f"/{SERVICE_NAME}/{METHOD}"

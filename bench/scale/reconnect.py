@@ -41,7 +41,7 @@ import grpc  # type: ignore[import-untyped]
 from ambit.api import discovery_pb2 as dpb
 from ambit.api import workload_pb2 as pb
 from ambit.xds.convert import ADDRESS_TYPE_URL
-from ambit.xds.server import METHOD, SERVICE_NAME
+from ambit.xds.session import METHOD, SERVICE_NAME
 
 PATH = f"/{SERVICE_NAME}/{METHOD}"
 SERVER_NAME = "istiod.istio-system.svc"
@@ -86,7 +86,8 @@ def attack_request(size: int, seed: int) -> bytes:
 
 async def _serve(args: argparse.Namespace) -> None:
     from ambit.xds.admission import Admission
-    from ambit.xds.server import Caller, XdsServer
+    from ambit.xds.callers import Caller
+    from ambit.xds.server import XdsServer
     from ambit.xds.table import AddressTable
 
     directory = Path(args.dir)

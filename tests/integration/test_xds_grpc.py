@@ -21,9 +21,11 @@ from ambit.model.localconfig import LocalConfig
 from ambit.model.state import WorkloadState
 from ambit.model.workload import NetworkAddress, PortMapping, Service, Workload
 from ambit.tls.certs import issue_server_cert, new_ca
+from ambit.xds.callers import Caller
 from ambit.xds.client import Backoff, XdsClient
 from ambit.xds.convert import ADDRESS_TYPE_URL
-from ambit.xds.server import Caller, StreamWriteError, XdsServer, _sent
+from ambit.xds.push_changes import StreamWriteError, write_response
+from ambit.xds.server import XdsServer
 from ambit.xds.table import AddressTable
 
 SERVER_NAME = "istiod.istio-system.svc"
@@ -409,7 +411,7 @@ class _GoneContext:
 
 async def test_a_write_to_a_call_that_ended_is_a_stream_write_error_not_a_defect() -> None:
     with pytest.raises(StreamWriteError, match='RuntimeError: Failed "execute_batch"'):
-        await _sent(_GoneContext(), dpb.DeltaDiscoveryResponse())
+        await write_response(_GoneContext(), dpb.DeltaDiscoveryResponse())
 
 
 async def test_a_push_that_cannot_be_written_ends_the_stream_in_one_line_without_a_traceback(
@@ -434,7 +436,7 @@ async def test_a_push_that_cannot_be_written_ends_the_stream_in_one_line_without
                 if not failed:
                     failed.append(1)
                     write.close()  # the real write is never started
-                    await _sent(_GoneContext(), dpb.DeltaDiscoveryResponse())
+                    await write_response(_GoneContext(), dpb.DeltaDiscoveryResponse())
                 await budget.write(size, write)
 
         monkeypatch.setattr(server.service, "send_budget", GoneOnce())

@@ -28,10 +28,12 @@ from ambit.model.localconfig import LocalConfig
 from ambit.model.state import WorkloadState
 from ambit.model.workload import Workload
 from ambit.tls.certs import issue_server_cert, new_ca
+from ambit.xds.callers import Caller
 from ambit.xds.client import Backoff, XdsClient
 from ambit.xds.convert import ADDRESS_TYPE_URL
 from ambit.xds.keepalive import DEFAULT_KEEPALIVE, KeepaliveSettings
-from ambit.xds.server import METHOD, SERVICE_NAME, Caller, XdsServer
+from ambit.xds.server import XdsServer
+from ambit.xds.session import METHOD, SERVICE_NAME
 from ambit.xds.table import AddressTable
 
 SERVER_NAME = "istiod.istio-system.svc"

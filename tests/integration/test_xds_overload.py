@@ -26,7 +26,8 @@ from tests.integration.test_xds_grpc import (
 
 from ambit.api import discovery_pb2 as dpb
 from ambit.xds.admission import Admission
-from ambit.xds.server import Caller, XdsServer
+from ambit.xds.callers import Caller
+from ambit.xds.server import XdsServer
 from ambit.xds.table import AddressTable
 
 __all__ = ["pki"]  # the fixture, shared with test_xds_grpc

@@ -32,9 +32,11 @@ from ambit.model.localconfig import LocalConfig
 from ambit.model.state import WorkloadState
 from ambit.model.workload import Workload
 from ambit.tls.certs import issue_server_cert, new_ca
+from ambit.xds.callers import Caller
 from ambit.xds.client import Backoff, XdsClient
 from ambit.xds.convert import ADDRESS_TYPE_URL
-from ambit.xds.server import METHOD, SERVICE_NAME, Caller, XdsServer
+from ambit.xds.server import XdsServer
+from ambit.xds.session import METHOD, SERVICE_NAME
 from ambit.xds.sync import SYNCZ_TYPE_URL
 from ambit.xds.sync_client import SyncReadError, fetch_sync_document
 from ambit.xds.table import AddressTable

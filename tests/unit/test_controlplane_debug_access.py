@@ -10,7 +10,7 @@ import pytest
 from ambit.controlplane.debug_access import DebugAccessChecker, access_review, account_of, review_allows
 from ambit.k8s.errors import KubeClientError
 from ambit.k8s.kinds import ResourceKind
-from ambit.xds.server import Caller
+from ambit.xds.callers import Caller
 
 ISTIOD = Caller("system:serviceaccount:istio-system:istiod", "Kubernetes")
 WORKLOAD = Caller("system:serviceaccount:shop:web", "Kubernetes")

@@ -12,9 +12,10 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from ambit.api import discovery_pb2 as dpb
-from ambit.xds import server
+from ambit.xds import service as xds_service
 from ambit.xds.convert import ADDRESS_TYPE_URL as A
 from ambit.xds.frames import Frame, FrameCache, FrameSettings
+from ambit.xds.service import XdsService
 from ambit.xds.session import Delta, ResourceSet, ServerSession, XdsResource
 from ambit.xds.table import AddressTable
 
@@ -180,9 +181,9 @@ def test_the_answer_to_a_wildcard_client_holding_nothing_is_the_one_rule_4_gives
 def test_a_frame_over_what_node_proxies_accept_is_sent_whole_and_counted(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(server, "LARGEST_CLIENT_MESSAGE", 100)
+    monkeypatch.setattr(xds_service, "LARGEST_CLIENT_MESSAGE", 100)
     table = AddressTable()
-    service = server.XdsService(table, lambda metadata: None)
+    service = XdsService(table, lambda metadata: None)
     current = ResourceSet.build(_resource(f"w{i}", "1", b"x" * 50) for i in range(3))
     frame = service.frames.frame(current, Delta(A, "n-1", tuple(current.by_name.values())))
     with caplog.at_level(logging.WARNING, logger="ambit.xds.server"):

@@ -15,10 +15,12 @@ import pytest
 from google.protobuf import any_pb2
 
 from ambit.api import discovery_pb2 as dpb
-from ambit.xds import server
+from ambit.xds import service as xds_service
+from ambit.xds.callers import Caller
 from ambit.xds.convert import ADDRESS_TYPE_URL
 from ambit.xds.opening import Reconnect, parse_request
 from ambit.xds.server_trim import TrimPolicy, find_malloc_trim
+from ambit.xds.service import XdsService
 from ambit.xds.session import ResourceSet, XdsResource
 
 NAMES = [f"Kubernetes//Pod/ns/pod-{i:03d}" for i in range(50)]
@@ -68,8 +70,8 @@ class Source:
         pass
 
 
-def _service(openings: int) -> server.XdsService:
-    return server.XdsService(Source(), lambda metadata: server.Caller("node"), openings=openings)
+def _service(openings: int) -> XdsService:
+    return XdsService(Source(), lambda metadata: Caller("node"), openings=openings)
 
 
 def _answer(call: Call) -> dpb.DeltaDiscoveryResponse:
@@ -126,7 +128,7 @@ async def test_an_opening_whose_answer_is_slow_to_write_gives_its_slot_back_once
 
 
 async def test_a_stream_that_holds_a_slot_without_sending_its_opening_is_ended(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(server, "OPENING_READ_TIMEOUT", 0.05)
+    monkeypatch.setattr(xds_service, "OPENING_READ_TIMEOUT", 0.05)
     service = _service(openings=1)
     silent, honest = Call(), Call()
     first = asyncio.create_task(service._stream(None, silent))
@@ -175,9 +177,9 @@ async def test_free_memory_is_given_back_once_after_the_last_opening_of_a_burst(
         trims.append(1)
         return 1
 
-    service = server.XdsService(
+    service = XdsService(
         Source(),
-        lambda metadata: server.Caller("node"),
+        lambda metadata: Caller("node"),
         openings=2,
         trim=TrimPolicy(after_bytes=2 * size, quiet=0.02),
         malloc_trim=malloc_trim,
@@ -222,9 +224,9 @@ def test_this_process_finds_glibcs_malloc_trim() -> None:
 async def test_openings_arriving_one_by_one_trim_once_they_have_stopped_for_the_quiet_time() -> None:
     trims: list[float] = []
     size = len(_wire_reconnect().versions.data)
-    service = server.XdsService(
+    service = XdsService(
         Source(),
-        lambda metadata: server.Caller("node"),
+        lambda metadata: Caller("node"),
         trim=TrimPolicy(after_bytes=size, quiet=0.2),
         malloc_trim=lambda: trims.append(time.monotonic()) or 1,
     )

@@ -353,7 +353,7 @@ def test_a_body_of_another_type_is_refused() -> None:
 
 def test_a_caller_sees_only_the_waypoint_configs_its_check_allows() -> None:
     from ambit.api import discovery_pb2 as dpb
-    from ambit.xds.server import Caller, CallerView
+    from ambit.xds.callers import Caller, CallerView
     from ambit.xds.session import ServerSession
     from ambit.xds.table import WaypointConfigTable
 

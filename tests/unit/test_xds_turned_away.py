@@ -9,7 +9,8 @@ import gc
 import time
 import weakref
 
-from ambit.xds import server
+from ambit.xds.opening_gate import MAX_TURNED_AWAY
+from ambit.xds.service import XdsService
 from ambit.xds.table import AddressTable
 
 
@@ -42,27 +43,27 @@ class Sent:
 
 
 async def test_at_most_max_turned_away_first_requests_are_waited_for_at_once() -> None:
-    service = server.XdsService(AddressTable(), lambda metadata: None)
-    held = [Silent() for _ in range(server.MAX_TURNED_AWAY)]
-    waits = [asyncio.create_task(service._let_land(stream)) for stream in held]
+    service = XdsService(AddressTable(), lambda metadata: None)
+    held = [Silent() for _ in range(MAX_TURNED_AWAY)]
+    waits = [asyncio.create_task(service.openings.let_land(stream)) for stream in held]
     await asyncio.sleep(0.05)
     assert all(stream.asked for stream in held)  # each of these is waited for (up to a second)
     extra = Silent()
     began = time.monotonic()
-    await service._let_land(extra)  # one more is turned away at once: its request is never read
+    await service.openings.let_land(extra)  # one more is turned away at once: its request is never read
     assert not extra.asked and time.monotonic() - began < 0.5
     await asyncio.gather(*waits)  # the waits end by their own bound
     late = Silent()
-    await asyncio.wait_for(service._let_land(late), 2.0)
+    await asyncio.wait_for(service.openings.let_land(late), 2.0)
     assert late.asked  # the slots were given back
 
 
 async def test_a_turned_away_request_is_let_go_as_soon_as_it_has_landed() -> None:
-    service = server.XdsService(AddressTable(), lambda metadata: None)
+    service = XdsService(AddressTable(), lambda metadata: None)
     stream = Sent()
     gc.disable()  # freed by its reference count: a flood of them must not wait for the cycle collector
     try:
-        await service._let_land(stream)
+        await service.openings.let_land(stream)
         assert stream.request is not None and stream.request() is None
     finally:
         gc.enable()

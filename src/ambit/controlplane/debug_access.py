@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from ambit.k8s.errors import KubeClientError
 from ambit.k8s.kinds import SUBJECT_ACCESS_REVIEWS, ResourceKind
-from ambit.xds.server import Caller
+from ambit.xds.callers import Caller
 
 __all__ = ["DEBUG_ACCOUNTS", "DEBUG_PATH", "DebugAccessChecker", "access_review", "review_allows"]
 

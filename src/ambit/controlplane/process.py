@@ -101,9 +101,10 @@ from ambit.model.localconfig import LocalConfig
 from ambit.model.routes import WaypointConfig
 from ambit.tls.certs import issue_server_cert
 from ambit.xds.admission import Admission, default_rate
+from ambit.xds.callers import Caller, Metadata
 from ambit.xds.gateway import GATEWAY_CONFIG_TYPE_URL, gateway_config_to_proto
 from ambit.xds.routes import WAYPOINT_CONFIG_TYPE_URL, waypoint_config_to_proto
-from ambit.xds.server import Caller, Metadata, XdsServer
+from ambit.xds.server import XdsServer
 from ambit.xds.table import AddressTable, AuthorizationTable, GatewayConfigTable, WaypointConfigTable
 
 log = logging.getLogger("ambit.controlplane")

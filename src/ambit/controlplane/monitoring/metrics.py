@@ -5,7 +5,7 @@ Theory of operation
 :class:`ControlPlaneMetrics` holds every series the control plane reports on its monitoring port, under istiod's
 names and labels, and is told about events where they happen:
 
-- the delta-xDS server (:class:`ambit.xds.server.XdsObserver`, which this class implements): clients connected
+- the delta-xDS server (:class:`ambit.xds.service_metrics.XdsObserver`, which this class implements): clients connected
   by proxy version (``pilot_xds``), each response built and written (``pilot_xds_pushes``,
   ``pilot_xds_push_time``, ``pilot_xds_config_size_bytes`` by type), each write (``pilot_xds_send_time``), each
   push round of a stream (``pilot_push_triggers`` by reason, with istiod's merged event counts,
@@ -184,7 +184,7 @@ class ControlPlaneMetrics:
         if process:
             ProcessCollector(registry=self.registry)
 
-    # --- xDS (ambit.xds.server.XdsObserver) ------------------------------------------------------------------
+    # --- xDS (ambit.xds.service_metrics.XdsObserver) ------------------------------------------------------------------
 
     def _series(self, type_url: str) -> _TypeSeries:
         series = self._types.get(type_url)
