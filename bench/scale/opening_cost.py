@@ -17,7 +17,8 @@ from typing import Any
 
 from ambit.api import discovery_pb2 as dpb
 from ambit.xds.opening import Reconnect, parse_request
-from ambit.xds.session import ResourceSet, ServerSession
+from ambit.xds.resource_set import ResourceSet
+from ambit.xds.session import ServerSession
 from ambit.xds.table import AddressTable
 from bench.scale.reconnect import _resources, opening_request
 

@@ -23,7 +23,8 @@ from ambit.xds.gateway import (
     gateway_config_to_proto,
     pack_gateway_config,
 )
-from ambit.xds.session import ResourceSet, ServerSession, XdsResource
+from ambit.xds.resource_set import ResourceSet, XdsResource
+from ambit.xds.session import ServerSession
 
 
 def fed_gateway(tmp_path: Path) -> IngressGateway:

@@ -15,8 +15,9 @@ from ambit.api import discovery_pb2 as dpb
 from ambit.xds import service as xds_service
 from ambit.xds.convert import ADDRESS_TYPE_URL as A
 from ambit.xds.frames import Frame, FrameCache, FrameSettings
+from ambit.xds.resource_set import ResourceSet, XdsResource
 from ambit.xds.service import XdsService
-from ambit.xds.session import Delta, ResourceSet, ServerSession, XdsResource
+from ambit.xds.session import Delta, ServerSession
 from ambit.xds.table import AddressTable
 
 T = "type.googleapis.com/istio.workload.Address"

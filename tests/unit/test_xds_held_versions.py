@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 
 from ambit.api import discovery_pb2 as dpb
 from ambit.xds import session as session_module
-from ambit.xds.session import HeldVersions, ResourceSet, ServerSession, XdsResource
+from ambit.xds.held_versions import HeldVersions
+from ambit.xds.resource_set import ResourceSet, XdsResource
+from ambit.xds.session import ServerSession
 from ambit.xds.snapshot_map import SnapshotMap
 
 A = "type.googleapis.com/istio.workload.Address"

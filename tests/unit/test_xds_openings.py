@@ -19,9 +19,9 @@ from ambit.xds import service as xds_service
 from ambit.xds.callers import Caller
 from ambit.xds.convert import ADDRESS_TYPE_URL
 from ambit.xds.opening import Reconnect, parse_request
+from ambit.xds.resource_set import ResourceSet, XdsResource
 from ambit.xds.server_trim import TrimPolicy, find_malloc_trim
 from ambit.xds.service import XdsService
-from ambit.xds.session import ResourceSet, XdsResource
 
 NAMES = [f"Kubernetes//Pod/ns/pod-{i:03d}" for i in range(50)]
 

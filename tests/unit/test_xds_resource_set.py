@@ -8,7 +8,7 @@ from google.protobuf import any_pb2
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ambit.xds.session import EMPTY, ResourceSet, XdsResource
+from ambit.xds.resource_set import EMPTY, ResourceSet, XdsResource
 
 NAMES = st.sampled_from([f"r{i}" for i in range(6)])
 KEYS = st.lists(st.sampled_from(["a", "b", "c", "r0", "r1"]), max_size=3, unique=True).map(tuple)

@@ -19,7 +19,8 @@ from ambit.xds import client_session
 from ambit.xds import session as session_module
 from ambit.xds.client_session import MAX_INITIAL_REQUEST_BYTES, ClientSession
 from ambit.xds.convert import ADDRESS_TYPE_URL, decode_address
-from ambit.xds.session import AUTHORIZATION_TYPE_URL, RequestKind, ResourceSet, ServerSession, XdsResource
+from ambit.xds.resource_set import ResourceSet, XdsResource
+from ambit.xds.session import AUTHORIZATION_TYPE_URL, RequestKind, ServerSession
 from ambit.xds.table import AddressTable
 
 A = ADDRESS_TYPE_URL

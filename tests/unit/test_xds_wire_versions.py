@@ -14,7 +14,8 @@ from tests.unit.protobuf_wire import ln
 
 from ambit.api import discovery_pb2 as dpb
 from ambit.xds.opening import Reconnect, parse_request
-from ambit.xds.session import ResourceSet, ServerSession, XdsResource
+from ambit.xds.resource_set import ResourceSet, XdsResource
+from ambit.xds.session import ServerSession
 
 A = "type.googleapis.com/istio.workload.Address"
 NAMES = [f"Kubernetes//Pod/ns/pod-{i:03d}" for i in range(24)]

@@ -7,6 +7,9 @@ Modules:
   :class:`~ambit.xds.errors.XdsConversionError` naming the resource and the field.
 - ``session``: the server's pure per-client delta session (subscriptions, what the client holds, nonces, ACK/NACK,
   on-demand lookups answered as istiod's: a Service with all its endpoints).
+- ``resource_set``: :class:`~ambit.xds.resource_set.XdsResource` and the immutable
+  :class:`~ambit.xds.resource_set.ResourceSet` snapshots the sessions compare against; ``held_versions``: what one
+  client holds of one type, on a shared base set.
 - ``client_session``: the client's pure side (initial requests, applying a response, ACK or NACK).
 - ``table``: :class:`~ambit.xds.table.AddressTable` and :class:`~ambit.xds.table.AuthorizationTable`, the
   server's current resources of each type with change notifications.

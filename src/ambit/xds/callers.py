@@ -4,8 +4,8 @@ Theory of operation: each stream the server admits authenticates its caller from
 injected :data:`Authenticator` (a :class:`Caller`, or None: the stream ends ``UNAUTHENTICATED`` before any resource
 is sent). A type served with a :data:`ReadCheck` is served per caller: each stream sees, through its own
 :class:`CallerView`, only the source's resources ``check(caller, name)`` allows (a filtered
-:class:`~ambit.xds.session.ResourceSet`, rebuilt when the source's set is replaced), so a subscription to a name the
-caller may not read is answered as for a resource that does not exist, and a change to it is never pushed to that
+:class:`~ambit.xds.resource_set.ResourceSet`, rebuilt when the source's set is replaced), so a subscription to a name
+the caller may not read is answered as for a resource that does not exist, and a change to it is never pushed to that
 caller. Waypoint configurations are served this way: only to the waypoint's own service account. Whether a caller
 may read the debug types (the sync status) is the injected :data:`DebugAccess`.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from ambit.xds.session import EMPTY, ResourceSet
+from ambit.xds.resource_set import EMPTY, ResourceSet
 from ambit.xds.table import ResourceSource
 
 __all__ = ["Authenticator", "Caller", "CallerView", "DebugAccess", "Metadata", "ReadCheck"]

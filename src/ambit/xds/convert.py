@@ -87,7 +87,7 @@ from ambit.model.workload import (
     Workload,
 )
 from ambit.xds.errors import XdsConversionError
-from ambit.xds.session import XdsResource
+from ambit.xds.resource_set import XdsResource
 
 __all__ = [
     "ADDRESS_TYPE_URL",
@@ -521,7 +521,7 @@ def decode_address(name: str, body: any_pb2.Any) -> Workload | Service:
 
 
 class EncodedAddress:
-    """An Address as the control plane keeps it: the :class:`~ambit.xds.session.XdsResource` it is served as, made
+    """An Address as the control plane keeps it: the :class:`~ambit.xds.resource_set.XdsResource` it is served as, made
     once from its deterministic bytes (named by :func:`resource_name`, versioned by their hash, with its aliases and
     parents). The address table serves this very resource (:class:`ambit.xds.table.AddressTable`), so the bytes are
     held once; a message object costs ~3 KB, its bytes ~0.3 KB (issue 22)."""

@@ -12,7 +12,7 @@ Rules:
    removed name. Its ``tail`` is the encoding of a response holding only the client's ``nonce``. Protobuf reads
    the fields of a message in any order, concatenates repeated fields and keeps a scalar's last occurrence; the
    body never holds a nonce, so ``body + tail`` parses to exactly :meth:`Delta.message` (tested with hypothesis).
-2. A body is found by the snapshot it was made for (the :class:`~ambit.xds.session.ResourceSet` object, by
+2. A body is found by the snapshot it was made for (the :class:`~ambit.xds.resource_set.ResourceSet` object, by
    identity) and, within it, by the names and versions sent and the names removed. A version is a content hash:
    the session already treats an equal version as equal content (it never resends it), so an equal key is an
    equal body.
@@ -38,7 +38,8 @@ from dataclasses import dataclass
 
 from ambit import protowire
 from ambit.api import discovery_pb2 as dpb
-from ambit.xds.session import Delta, ResourceSet, XdsResource
+from ambit.xds.resource_set import ResourceSet, XdsResource
+from ambit.xds.session import Delta
 
 __all__ = ["DEFAULT_FRAME_SETTINGS", "LARGEST_CLIENT_MESSAGE", "Frame", "FrameCache", "FrameSettings"]
 

@@ -17,7 +17,7 @@ Rules:
    (per-process keyed) hashes. Two encodings of the same entries in any order have the same digest; different
    entries have a different one except with probability about 2^-64 (the hash key is secret to the process, so a
    peer cannot aim at a collision; and what a client's held versions decide is only what that client is sent).
-3. A set's digest is made from the set's own request (:meth:`~ambit.xds.session.ResourceSet.versions_request`)
+3. A set's digest is made from the set's own request (:meth:`~ambit.xds.resource_set.ResourceSet.versions_request`)
    encoded by the same protobuf runtime, so a client whose entries are encoded as protobuf encodes a map entry
    (key, then value, each once) matches it; an entry encoded otherwise (fields swapped, repeated, or a default
    left out) does not, and that reconnect is held name by name through :meth:`WireVersions.parsed`, the map

@@ -71,19 +71,11 @@ from ambit.xds.frames import LARGEST_CLIENT_MESSAGE, Frame, FrameCache
 from ambit.xds.opening import Reconnect, parse_request
 from ambit.xds.opening_gate import MAX_OPENINGS, OPENING_READ_TIMEOUT, OpeningGate
 from ambit.xds.push_changes import Changes, StreamWriteError, write_response
+from ambit.xds.resource_set import EMPTY, ResourceSet
 from ambit.xds.send_budget import DEFAULT_SEND_BUDGET, SendBudget, SendBudgetSettings
 from ambit.xds.server_trim import MALLOC_TRIM, TrimPolicy
 from ambit.xds.service_metrics import NO_OBSERVER, XdsObserver, XdsStats
-from ambit.xds.session import (
-    AUTHORIZATION_TYPE_URL,
-    EMPTY,
-    METHOD,
-    SERVICE_NAME,
-    Delta,
-    RequestKind,
-    ResourceSet,
-    ServerSession,
-)
+from ambit.xds.session import AUTHORIZATION_TYPE_URL, METHOD, SERVICE_NAME, Delta, RequestKind, ServerSession
 from ambit.xds.sync import DEFAULT_STALE_AFTER, SYNCZ_TYPE_URL, ClientSync, SyncRegistry
 from ambit.xds.table import ResourceSource
 

@@ -1,6 +1,6 @@
 """A read-only mapping whose changed copy costs the size of the change, for the control plane's resource tables.
 
-Theory of operation. Every push hands the xDS sessions a new :class:`~ambit.xds.session.ResourceSet` while the
+Theory of operation. Every push hands the xDS sessions a new :class:`~ambit.xds.resource_set.ResourceSet` while the
 sessions still read the previous one, so a table is never changed in place: each change made a whole copy of its
 indexes (three dicts of 30,000 workloads: about 8 ms per pod change, issue 22). A :class:`SnapshotMap` splits its
 keys over :data:`BUCKETS` dicts by hash; a change (:meth:`SnapshotMap.edit`, then :meth:`MapEdit.freeze`) copies the

@@ -27,8 +27,8 @@ from google.protobuf import any_pb2
 from ambit.xds.authorization import pack_authorization
 from ambit.xds.convert import ADDRESS_TYPE_URL, EncodedAddress, address_aliases, address_parents, pack_address
 from ambit.xds.gateway import pack_gateway_config
+from ambit.xds.resource_set import EMPTY, ResourceSet, XdsResource
 from ambit.xds.routes import pack_waypoint_config
-from ambit.xds.session import EMPTY, ResourceSet, XdsResource
 
 __all__ = [
     "AddressTable",
