@@ -40,8 +40,8 @@ from ambit.model.routes import (
     WeightedBackend,
 )
 from ambit.xds.errors import XdsConversionError
+from ambit.xds.route_reader import MAX_CORS_AGE
 from ambit.xds.routes import (
-    MAX_CORS_AGE,
     WAYPOINT_CONFIG_TYPE_URL,
     decode_waypoint_config,
     pack_waypoint_config,

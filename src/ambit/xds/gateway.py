@@ -51,9 +51,8 @@ from ambit.xds.destinationrules import DestinationPolicyReader, destination_poli
 from ambit.xds.envoy_patches import EnvoyPatchesReader, envoy_patches_to_proto
 from ambit.xds.errors import XdsConversionError
 from ambit.xds.requestauth import RequestAuthReader, request_authentication_to_proto
-from ambit.xds.routes import _Reader as RouteReader
-from ambit.xds.routes import _rule as rule_to_proto
-from ambit.xds.routes import _weighted as weighted_to_proto
+from ambit.xds.route_encoding import rule_to_proto, weighted_to_proto
+from ambit.xds.route_reader import RouteReader
 from ambit.xds.waypoint_policies import waypoint_policy_from_proto, waypoint_policy_to_proto
 
 __all__ = ["GATEWAY_CONFIG_TYPE_URL", "decode_gateway_config", "gateway_config_to_proto", "pack_gateway_config"]
