@@ -18,7 +18,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ambit.model.localconfig import service_to_dict
+from ambit.model.localconfig_forms import service_to_dict
 from ambit.model.workload import GatewayAddress, NamespacedHostname, Service, WeightedWaypoint
 from ambit.observe.admin_client import AdminFetchError, config_dump_url
 from ambit.observe.proxyconfig import (

@@ -13,7 +13,8 @@ from ambit.controlplane.translate import translate_all
 from ambit.controlplane.translate.waypoint_gateways import INBOUND_BINDING
 from ambit.controlplane.translate.waypoints import WaypointIndex
 from ambit.model.errors import LocalConfigError
-from ambit.model.localconfig import parse_local_config, workload_to_dict
+from ambit.model.localconfig import parse_local_config
+from ambit.model.localconfig_forms import workload_to_dict
 from ambit.model.workload import ApplicationTunnel, AppTunnelProtocol
 from ambit.xds.convert import address_from_proto, address_of
 from ambit.xds.errors import XdsConversionError

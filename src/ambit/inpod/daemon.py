@@ -64,7 +64,7 @@ from ambit.inpod.self_inbound import SelfInbound
 from ambit.inpod.settings import NodeProxySettings
 from ambit.inpod.workers import FanOutPods, WorkerGroup
 from ambit.inpod.workloads import DnsProxySettings, PodAdmission, PodListenerManager
-from ambit.model.localconfig import policy_to_dict
+from ambit.model.localconfig_policies import policy_to_dict
 from ambit.model.policy import Policy
 from ambit.model.state import WorkloadState
 from ambit.proxy.admission import ListenerGate, NodeBudget, refusal_reporter

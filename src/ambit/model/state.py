@@ -67,7 +67,7 @@ from typing import Any, TypeVar
 
 from ambit.model.errors import IdentityError, NoHealthyUpstreamError, UnknownWaypointError
 from ambit.model.identity import SpiffeId
-from ambit.model.localconfig import service_to_dict, workload_to_dict
+from ambit.model.localconfig_forms import service_to_dict, workload_to_dict
 from ambit.model.routing_preference import ClientView, client_view, closest, weighs_preference
 from ambit.model.workload import (
     GatewayAddress,
