@@ -12,19 +12,15 @@ from __future__ import annotations
 import argparse
 import time
 
+from ambit.model.route_matches import PathMatch, PathMatchType, RouteMatch, ValueMatch, ValueMatchType
 from ambit.model.routes import (
     BackendService,
     HeaderModifier,
-    PathMatch,
-    PathMatchType,
     PathModifier,
     PathModifierType,
-    RouteMatch,
     RouteRule,
     RouteTable,
     URLRewrite,
-    ValueMatch,
-    ValueMatchType,
     WeightedBackend,
 )
 from ambit.waypoint.decisions import RequestHead

@@ -20,7 +20,8 @@ from tests.integration.controlplane_rig import subscribe as rig_subscribe
 
 from ambit.controlplane.process import SKIPPED_REASON, ControlPlane
 from ambit.k8s import KubeClient, kinds
-from ambit.model.routes import PathMatch, PathMatchType, WaypointConfig
+from ambit.model.route_matches import PathMatch, PathMatchType
+from ambit.model.routes import WaypointConfig
 from ambit.tls.certs import issue_client_cert, new_ca
 from ambit.xds.convert import ADDRESS_TYPE_URL
 from ambit.xds.routes import WAYPOINT_CONFIG_TYPE_URL, decode_waypoint_config

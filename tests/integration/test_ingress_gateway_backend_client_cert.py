@@ -22,8 +22,8 @@ from tests.ingress_pki import client_cert, opaque_secret
 from tests.integration.ingress_rig import EDGE_CA, IngressRig, as_served, ingress_rig
 
 from ambit.controlplane.translate import translate_all
+from ambit.model.destination_policy import TlsMode
 from ambit.model.ingress import GatewayConfig
-from ambit.model.routes import TlsMode
 
 Obj = dict[str, Any]
 GATEWAY_CLIENT = client_cert(EDGE_CA, "edge-gateway", dns=("edge.example",))

@@ -19,7 +19,8 @@ from tests.integration.ingress_rig import EDGE_CA, GATEWAY_ID, backend, ingress_
 from tests.integration.waypoint_rig import free_port, http_get
 
 from ambit.model.ingress import GatewayConfig, IngressCertificate, IngressListener, ListenerProtocol, VirtualHost
-from ambit.model.routes import PathMatch, PathMatchType, RouteMatch, RouteRule, WeightedBackend
+from ambit.model.route_matches import PathMatch, PathMatchType, RouteMatch
+from ambit.model.routes import RouteRule, WeightedBackend
 from ambit.tls.certs import issue_server_cert
 
 EDGE_CERT = issue_server_cert(

@@ -36,16 +36,8 @@ from ambit.model.ingress import GatewayConfig, IngressCertificate, IngressListen
 from ambit.model.localconfig import LocalConfig, render_local_config
 from ambit.model.policy import Action, Clause, KeyedMatch, Match, Policy, Rule, Scope, StringMatch
 from ambit.model.requestauth import JwtRule, RequestAuthentication
-from ambit.model.routes import (
-    BackendService,
-    ClaimMatch,
-    PathMatch,
-    PathMatchType,
-    RouteMatch,
-    RouteRule,
-    ValueMatch,
-    WeightedBackend,
-)
+from ambit.model.route_matches import ClaimMatch, PathMatch, PathMatchType, RouteMatch, ValueMatch
+from ambit.model.routes import BackendService, RouteRule, WeightedBackend
 from ambit.model.workload import (
     AppProtocol,
     GatewayAddress,

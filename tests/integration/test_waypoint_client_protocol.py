@@ -29,7 +29,8 @@ from tests.integration.waypoint_rig import (
     started_rig,
 )
 
-from ambit.model.routes import ConnectionPool, DestinationPolicy, H2Upgrade, TrafficPolicy, WaypointConfig
+from ambit.model.destination_policy import ConnectionPool, DestinationPolicy, H2Upgrade, TrafficPolicy
+from ambit.model.routes import WaypointConfig
 from ambit.waypoint.settings import WaypointLimits
 
 LIMITS = WaypointLimits(head_timeout=0.5, sniff_timeout=0.5, startup_wait=5.0)

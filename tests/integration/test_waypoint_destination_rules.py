@@ -34,8 +34,7 @@ from tests.integration.waypoint_rig import (
 )
 
 from ambit.controlplane.translate import translate_all
-from ambit.model.routes import (
-    BackendService,
+from ambit.model.destination_policy import (
     ClientTls,
     ConnectionPool,
     DestinationPolicy,
@@ -43,15 +42,12 @@ from ambit.model.routes import (
     OutlierDetection,
     PortTrafficPolicy,
     ProxyProtocolVersion,
-    RouteMatch,
-    RouteRule,
-    RouteTable,
     Subset,
     TlsMode,
     TrafficPolicy,
-    WaypointConfig,
-    WeightedBackend,
 )
+from ambit.model.route_matches import RouteMatch
+from ambit.model.routes import BackendService, RouteRule, RouteTable, WaypointConfig, WeightedBackend
 from ambit.proxy.hbone_client import HboneClient, TunnelRefusedError
 from ambit.tls.certs import KeyPair, issue_client_cert, issue_server_cert, new_ca
 from ambit.waypoint.settings import WaypointLimits

@@ -28,18 +28,15 @@ from tests.upstream_objects import waypoint_envoy_filter
 from ambit.controlplane.translate.envoyfilter_routes import merge_routes
 from ambit.controlplane.translate.envoyfilters import translate_envoy_filters
 from ambit.model.policy import Action, Clause, Match, Policy, Rule, Scope
+from ambit.model.route_matches import PathMatch, PathMatchType, RouteMatch, ValueMatch
 from ambit.model.routes import (
     BackendService,
     DirectResponse,
     Fault,
     HeaderModifier,
-    PathMatch,
-    PathMatchType,
     RequestRedirect,
-    RouteMatch,
     RouteRule,
     RouteTable,
-    ValueMatch,
     WaypointConfig,
     WeightedBackend,
 )

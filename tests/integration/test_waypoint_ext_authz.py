@@ -28,16 +28,8 @@ from tests.integration.waypoint_rig import (
 from ambit.lab.ext_authz_app import serve
 from ambit.model.extauthz import ExtAuthzProvider, HeaderPattern, ProviderKind
 from ambit.model.policy import Action, Clause, Match, Policy, Rule, Scope, StringMatch
-from ambit.model.routes import (
-    BackendService,
-    DirectResponse,
-    RouteMatch,
-    RouteRule,
-    RouteTable,
-    ValueMatch,
-    WaypointConfig,
-    WeightedBackend,
-)
+from ambit.model.route_matches import RouteMatch, ValueMatch
+from ambit.model.routes import BackendService, DirectResponse, RouteRule, RouteTable, WaypointConfig, WeightedBackend
 from ambit.proxy.hbone_client import TunnelRefusedError
 from ambit.waypoint.settings import WaypointLimits
 

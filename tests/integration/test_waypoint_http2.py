@@ -39,17 +39,14 @@ from tests.integration.waypoint_rig import (
 )
 
 from ambit.hbone import wire
+from ambit.model.route_matches import PathMatch, PathMatchType, RouteMatch, ValueMatch
 from ambit.model.routes import (
     BackendService,
     CorsPolicy,
     Fault,
-    PathMatch,
-    PathMatchType,
-    RouteMatch,
     RouteRule,
     RouteTable,
     Timeouts,
-    ValueMatch,
     WaypointConfig,
     WeightedBackend,
 )

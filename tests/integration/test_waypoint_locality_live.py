@@ -12,16 +12,16 @@ from pathlib import Path
 
 from tests.integration.waypoint_rig import ECHO_VIP, HttpOverTunnel, Rig, echo_of, mesh_config
 
-from ambit.model.localconfig import render_local_config
-from ambit.model.locality_lb import LocalityLbSetting
-from ambit.model.routes import (
+from ambit.model.destination_policy import (
     DestinationPolicy,
     LoadBalancer,
     LoadBalancerType,
     OutlierDetection,
     TrafficPolicy,
-    WaypointConfig,
 )
+from ambit.model.localconfig import render_local_config
+from ambit.model.locality_lb import LocalityLbSetting
+from ambit.model.routes import WaypointConfig
 from ambit.model.workload import HealthStatus, LoadBalancingMode, Locality, RoutingScope, Workload
 from ambit.waypoint.settings import WaypointLimits
 

@@ -21,7 +21,8 @@ from tests.integration.waypoint_rig import (
 )
 
 from ambit.controlplane.translate.virtualservices import RouteBlock, translate_virtual_services
-from ambit.model.routes import RouteTable, ValueMatch, WaypointConfig
+from ambit.model.route_matches import ValueMatch
+from ambit.model.routes import RouteTable, WaypointConfig
 from ambit.waypoint.settings import WaypointLimits
 
 LIMITS = WaypointLimits(max_head_bytes=8 * 1024, head_timeout=0.5, sniff_timeout=0.5, startup_wait=5.0)

@@ -36,7 +36,8 @@ from ambit.hbone.headers import parse_authority
 from ambit.identity.localca import LocalCa
 from ambit.model.identity import SpiffeId
 from ambit.model.localconfig import LocalConfig, render_local_config
-from ambit.model.routes import BackendService, RequestMirror, RouteMatch, RouteRule, RouteTable, WeightedBackend
+from ambit.model.route_matches import RouteMatch
+from ambit.model.routes import BackendService, RequestMirror, RouteRule, RouteTable, WeightedBackend
 from ambit.model.workload import (
     AppProtocol,
     GatewayAddress,

@@ -18,6 +18,14 @@ from ambit.controlplane.translate.locality_lb import read_locality_lb
 from ambit.controlplane.translate.shapes import ShapeError
 from ambit.controlplane.translate.skips import Skipped
 from ambit.controlplane.webhook.traffic import validate_destination_rule
+from ambit.model.destination_policy import (
+    DestinationPolicy,
+    LoadBalancer,
+    OutlierDetection,
+    PortTrafficPolicy,
+    Subset,
+    TrafficPolicy,
+)
 from ambit.model.locality_lb import (
     LocalityChoice,
     LocalityDistribute,
@@ -26,15 +34,7 @@ from ambit.model.locality_lb import (
     by_locality,
     setting_problems,
 )
-from ambit.model.routes import (
-    BackendService,
-    DestinationPolicy,
-    LoadBalancer,
-    OutlierDetection,
-    PortTrafficPolicy,
-    Subset,
-    TrafficPolicy,
-)
+from ambit.model.routes import BackendService
 from ambit.model.state import WorkloadState
 from ambit.model.workload import (
     LoadBalancingMode,

@@ -12,13 +12,13 @@ from hypothesis import strategies as st
 
 from ambit.controlplane.translate.envoyfilter_routes import merge_routes
 from ambit.controlplane.translate.envoyfilters import IngressProxy, translate_envoy_filters
+from ambit.model.route_matches import RouteMatch
 from ambit.model.routes import (
     BackendService,
     DirectResponse,
     HeaderModifier,
     RequestRedirect,
     RetryPolicy,
-    RouteMatch,
     RouteRule,
     RouteTable,
     Timeouts,

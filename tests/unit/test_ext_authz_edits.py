@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from ambit.model.envoyfilter import HeaderAction, HeaderOp
 from ambit.model.extauthz import ExtAuthzProvider, ProviderKind
-from ambit.model.routes import BackendService, RouteMatch, RouteRule, RouteTable, ValueMatch, WeightedBackend
+from ambit.model.route_matches import RouteMatch, ValueMatch
+from ambit.model.routes import BackendService, RouteRule, RouteTable, WeightedBackend
 from ambit.waypoint.decisions import Forward, RequestHead
 from ambit.waypoint.envoy_patches import apply_header_ops
 from ambit.waypoint.ext_authz import CheckAllowed, CheckDenied, apply_allowed, judge_grpc_answer

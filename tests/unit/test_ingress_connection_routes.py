@@ -15,7 +15,8 @@ from tests.tls_hello import record_with_name
 from ambit.controlplane.gateway.ingress_status import ingress_attached_routes
 from ambit.controlplane.translate.ingress import translate_ingress
 from ambit.model.ingress import GatewayConfig, IngressListener, ListenerProtocol, VirtualHost
-from ambit.model.routes import BackendService, RouteMatch, RouteRule, WeightedBackend
+from ambit.model.route_matches import RouteMatch
+from ambit.model.routes import BackendService, RouteRule, WeightedBackend
 from ambit.model.workload import Service
 from ambit.tls.clienthello import HELLO_LIMIT
 from ambit.waypoint.errors import HelloRefusedError

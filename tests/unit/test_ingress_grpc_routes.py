@@ -12,7 +12,8 @@ from ambit.controlplane.gateway.ingress_status import ingress_attached_routes
 from ambit.controlplane.translate import translate_all
 from ambit.controlplane.translate.ingress import IngressTranslation, translate_ingress
 from ambit.model.ingress import GatewayConfig
-from ambit.model.routes import BackendService, HeaderModifier, PathMatch, PathMatchType, ValueMatch, ValueMatchType
+from ambit.model.route_matches import PathMatch, PathMatchType, ValueMatch, ValueMatchType
+from ambit.model.routes import BackendService, HeaderModifier
 from ambit.model.workload import Service
 from ambit.waypoint.decisions import Forward, RequestHead, Respond
 from ambit.waypoint.ingress_routing import IngressRouter

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from ambit.controlplane.translate.ingress import served_hostnames, translate_ingress
 from ambit.model.envoyfilter import ProxyPatches
 from ambit.model.ingress import GatewayConfig, IngressCertificate, IngressListener, ListenerProtocol, VirtualHost
-from ambit.model.routes import BackendService, PathMatch, PathMatchType, RouteMatch, RouteRule, WeightedBackend
+from ambit.model.route_matches import PathMatch, PathMatchType, RouteMatch
+from ambit.model.routes import BackendService, RouteRule, WeightedBackend
 from ambit.model.workload import Service
 from ambit.tls.certs import issue_server_cert, new_ca
 from ambit.waypoint.decisions import Forward, RequestHead, Respond

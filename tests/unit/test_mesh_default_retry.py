@@ -23,12 +23,12 @@ from ambit.controlplane.translate.meshconfig import (
 )
 from ambit.controlplane.translate.routerules import convert_route
 from ambit.controlplane.translate.skips import Skipped
+from ambit.model.route_matches import RouteMatch
 from ambit.model.routes import (
     ISTIO_RETRY,
     BackendService,
     HttpRetry,
     RetryPolicy,
-    RouteMatch,
     RouteRule,
     RouteTable,
     Timeouts,

@@ -26,6 +26,7 @@ from ambit.controlplane.translate.meshconfig import (
     parse_mesh_config,
 )
 from ambit.controlplane.translate.skips import Skipped
+from ambit.model.destination_policy import DestinationPolicy, LoadBalancer, OutlierDetection, TrafficPolicy
 from ambit.model.ingress import GatewayConfig
 from ambit.model.locality_lb import (
     MESH_DEFAULT,
@@ -34,14 +35,7 @@ from ambit.model.locality_lb import (
     LocalityFailover,
     LocalityLbSetting,
 )
-from ambit.model.routes import (
-    BackendService,
-    DestinationPolicy,
-    LoadBalancer,
-    OutlierDetection,
-    TrafficPolicy,
-    WaypointConfig,
-)
+from ambit.model.routes import BackendService, WaypointConfig
 from ambit.model.state import WorkloadState
 from ambit.model.workload import (
     LoadBalancingMode,

@@ -13,7 +13,7 @@ from tests.ingress_pki import client_cert, opaque_secret
 from ambit.controlplane.translate.backendtls import with_gateway_client_certificate
 from ambit.controlplane.translate.listeners import backend_client_certificate, resolve_backend_client_certificate
 from ambit.controlplane.translate.reference_grants import ReferenceGrants
-from ambit.model.routes import ClientTls, DestinationPolicy, PortTrafficPolicy, TlsMode, TrafficPolicy
+from ambit.model.destination_policy import ClientTls, DestinationPolicy, PortTrafficPolicy, TlsMode, TrafficPolicy
 from ambit.tls.certs import new_ca
 from ambit.tls.credentials import TlsCredential
 

@@ -18,7 +18,7 @@ from ambit.controlplane.translate.backendtls import (
     translate_backend_tls,
 )
 from ambit.controlplane.translate.skips import Skipped
-from ambit.model.routes import ClientTls, TlsMode
+from ambit.model.destination_policy import ClientTls, TlsMode
 from ambit.tls.certs import new_ca
 from ambit.waypoint.origination import TlsOriginationError, client_context
 

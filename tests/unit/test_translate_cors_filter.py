@@ -14,7 +14,8 @@ from tests.unit.json_strategies import cors_filter_specs, json_values, perturbed
 
 from ambit.controlplane.translate.cors_filter import ANY_ORIGIN_PATTERN, cors_policy, is_cors_origin, origin_match
 from ambit.controlplane.translate.routerules import INVALID_FILTER, convert_route
-from ambit.model.routes import BackendService, CorsPolicy, ValueMatch, ValueMatchType
+from ambit.model.route_matches import ValueMatch, ValueMatchType
+from ambit.model.routes import BackendService, CorsPolicy
 from ambit.waypoint.patterns import pattern_problem
 
 EXACT, PREFIX, REGEX = ValueMatchType.EXACT, ValueMatchType.PREFIX, ValueMatchType.REGULAR_EXPRESSION

@@ -22,7 +22,7 @@ from ambit.controlplane.translate.destinationrules import (
     parse_destination_rules,
 )
 from ambit.controlplane.translate.skips import Skipped
-from ambit.model.routes import (
+from ambit.model.destination_policy import (
     ClientTls,
     ConnectionPool,
     ConsistentHash,

@@ -11,7 +11,7 @@ from typing import Any
 
 from ambit.controlplane.translate import translate_all
 from ambit.controlplane.translate.autoallocate import AddressAllocator, plan_addresses
-from ambit.model.routes import TlsMode
+from ambit.model.destination_policy import TlsMode
 from ambit.model.workload import AppProtocol, PortMapping
 from ambit.xds.routes import waypoint_config_from_proto, waypoint_config_to_proto
 

@@ -13,8 +13,7 @@ import pytest
 from tests.upstream_objects import ingress_tls_objects
 
 from ambit.controlplane.translate import Translation, translate_all
-from ambit.model.ingress import GatewayConfig
-from ambit.model.routes import (
+from ambit.model.destination_policy import (
     ClientTls,
     ConnectionPool,
     DestinationPolicy,
@@ -25,6 +24,7 @@ from ambit.model.routes import (
     TlsMode,
     TrafficPolicy,
 )
+from ambit.model.ingress import GatewayConfig
 from ambit.xds.errors import XdsConversionError
 from ambit.xds.gateway import decode_gateway_config, gateway_config_to_proto, pack_gateway_config
 

@@ -26,18 +26,8 @@ from ambit.model.ingress import (
     TlsMode,
     VirtualHost,
 )
-from ambit.model.routes import (
-    BackendService,
-    CorsPolicy,
-    PathMatch,
-    PathMatchType,
-    RetryPolicy,
-    RouteMatch,
-    RouteRule,
-    Timeouts,
-    ValueMatch,
-    WeightedBackend,
-)
+from ambit.model.route_matches import PathMatch, PathMatchType, RouteMatch, ValueMatch
+from ambit.model.routes import BackendService, CorsPolicy, RetryPolicy, RouteRule, Timeouts, WeightedBackend
 from ambit.tls.certs import issue_server_cert, new_ca
 from ambit.xds.errors import XdsConversionError
 from ambit.xds.gateway import decode_gateway_config, gateway_config_to_proto, pack_gateway_config

@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 from ambit.controlplane.translate import Translation, translate_all
 from ambit.controlplane.translate.routerules import parse_duration, regex_problem
-from ambit.model.routes import PathMatchType, RetryPolicy, WaypointConfig
+from ambit.model.route_matches import PathMatchType
+from ambit.model.routes import RetryPolicy, WaypointConfig
 
 GOLDEN = Path(__file__).parent / "golden" / "routes"
 CASES = sorted(p.name.removesuffix("-in.yaml") for p in GOLDEN.glob("*-in.yaml"))

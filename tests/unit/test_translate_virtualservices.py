@@ -14,27 +14,22 @@ from hypothesis import strategies as st
 
 from ambit.controlplane.translate import Translation, translate_all
 from ambit.controlplane.translate.virtualservices import MAX_ENTRIES, host_matches
+from ambit.model.route_matches import ClaimMatch, PathMatch, PathMatchType, RouteMatch, ValueMatch, ValueMatchType
 from ambit.model.routes import (
     BackendService,
-    ClaimMatch,
     CorsPolicy,
     DirectResponse,
     Fault,
     HeaderModifier,
-    PathMatch,
-    PathMatchType,
     PathModifier,
     PathModifierType,
     RegexRewrite,
     RequestMirror,
     RequestRedirect,
     RetryPolicy,
-    RouteMatch,
     RouteTable,
     Timeouts,
     URLRewrite,
-    ValueMatch,
-    ValueMatchType,
     WeightedBackend,
 )
 from ambit.xds.routes import decode_waypoint_config, pack_waypoint_config, waypoint_config_to_proto

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ambit.model.route_matches import RouteMatch, ValueMatch, ValueMatchType
 from ambit.model.routes import (
     BackendService,
     CorsPolicy,
@@ -18,11 +19,8 @@ from ambit.model.routes import (
     Fault,
     HeaderModifier,
     RequestRedirect,
-    RouteMatch,
     RouteRule,
     RouteTable,
-    ValueMatch,
-    ValueMatchType,
     WeightedBackend,
 )
 from ambit.waypoint.cors import AddCorsHeaders, AnswerPreflight, compile_cors, plan_cors

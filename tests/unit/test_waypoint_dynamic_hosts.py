@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ambit.model.routes import ClientTls, TlsMode
+from ambit.model.destination_policy import ClientTls, TlsMode
 from ambit.model.workload import AppProtocol, NetworkAddress, PortMapping, Service
 from ambit.waypoint.destinations import PLAIN, UNRESOLVED, Endpoint, Refusal, Transport
 from ambit.waypoint.dynamic_hosts import (

@@ -11,15 +11,13 @@ from collections.abc import Iterable
 
 import pytest
 
+from ambit.model.route_matches import PathMatch, PathMatchType, RouteMatch
 from ambit.model.routes import (
     BackendService,
     DirectResponse,
     Fault,
     HeaderModifier,
-    PathMatch,
-    PathMatchType,
     RequestRedirect,
-    RouteMatch,
     RouteRule,
     RouteTable,
     WeightedBackend,

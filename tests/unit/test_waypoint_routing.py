@@ -9,23 +9,19 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ambit.model.route_matches import PathMatch, PathMatchType, RouteMatch, ValueMatch, ValueMatchType
 from ambit.model.routes import (
     BackendService,
     HeaderModifier,
-    PathMatch,
-    PathMatchType,
     PathModifier,
     PathModifierType,
     RequestMirror,
     RequestRedirect,
     RetryPolicy,
-    RouteMatch,
     RouteRule,
     RouteTable,
     Timeouts,
     URLRewrite,
-    ValueMatch,
-    ValueMatchType,
     WeightedBackend,
 )
 from ambit.waypoint.decisions import Forward, RequestHead, Respond

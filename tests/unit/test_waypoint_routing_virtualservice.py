@@ -6,22 +6,18 @@ from __future__ import annotations
 
 import pytest
 
+from ambit.model.route_matches import PathMatch, PathMatchType, RouteMatch, ValueMatch, ValueMatchType
 from ambit.model.routes import (
     BackendService,
     DirectResponse,
     Fault,
-    PathMatch,
-    PathMatchType,
     PathModifier,
     PathModifierType,
     RegexRewrite,
     RequestRedirect,
-    RouteMatch,
     RouteRule,
     RouteTable,
     URLRewrite,
-    ValueMatch,
-    ValueMatchType,
     WeightedBackend,
 )
 from ambit.waypoint.decisions import Forward, RequestHead, Respond

@@ -16,8 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ambit.model.routes import (
-    BackendService,
+from ambit.model.destination_policy import (
     ClientTls,
     ConnectionPool,
     ConsistentHash,
@@ -30,6 +29,7 @@ from ambit.model.routes import (
     TlsMode,
     TrafficPolicy,
 )
+from ambit.model.routes import BackendService
 from ambit.model.workload import AppProtocol, Workload
 from ambit.tls.certs import issue_client_cert, issue_server_cert, new_ca
 from ambit.waypoint.destinations import PLAIN, Refusal, Transport
@@ -345,7 +345,7 @@ def test_bad_ca_certificates_are_a_clear_error() -> None:
 
 
 def test_outlier_detection_ejects_for_longer_each_time_and_keeps_one_in() -> None:
-    from ambit.model.routes import OutlierDetection
+    from ambit.model.destination_policy import OutlierDetection
 
     balancer = Balancer()
     detection = OutlierDetection(consecutive_5xx=2, interval=1.0, base_ejection_time=10.0, max_ejection_percent=10)

@@ -13,29 +13,33 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ambit.api import waypoint_pb2 as pb
-from ambit.model import routes as dr
+from ambit.model import destination_policy as dr
 from ambit.model.locality_lb import LocalityDistribute, LocalityFailover, LocalityLbSetting
+from ambit.model.route_matches import (
+    PSEUDO_HEADERS,
+    ClaimMatch,
+    PathMatch,
+    PathMatchType,
+    RouteMatch,
+    ValueMatch,
+    ValueMatchType,
+)
 from ambit.model.routes import (
     BackendService,
     CorsPolicy,
     DirectResponse,
     Fault,
     HeaderModifier,
-    PathMatch,
-    PathMatchType,
     PathModifier,
     PathModifierType,
     RegexRewrite,
     RequestMirror,
     RequestRedirect,
     RetryPolicy,
-    RouteMatch,
     RouteRule,
     RouteTable,
     Timeouts,
     URLRewrite,
-    ValueMatch,
-    ValueMatchType,
     WaypointConfig,
     WeightedBackend,
 )
@@ -78,15 +82,15 @@ value_matches = st.one_of(
     st.builds(ValueMatch, TOKEN, REGEXES, st.just(ValueMatchType.REGULAR_EXPRESSION)),
 )
 header_matches = value_matches | st.builds(
-    ValueMatch, st.sampled_from(sorted(dr.PSEUDO_HEADERS)), HEADER_VALUE, st.just(ValueMatchType.EXACT)
+    ValueMatch, st.sampled_from(sorted(PSEUDO_HEADERS)), HEADER_VALUE, st.just(ValueMatchType.EXACT)
 )
 claim_matches = st.builds(
-    dr.ClaimMatch,
+    ClaimMatch,
     st.lists(TOKEN, min_size=1, max_size=3).map(tuple),
     HEADER_VALUE,
     st.sampled_from([ValueMatchType.EXACT, ValueMatchType.PREFIX, ValueMatchType.PRESENT]),
 ) | st.builds(
-    dr.ClaimMatch,
+    ClaimMatch,
     st.lists(TOKEN, min_size=1, max_size=3).map(tuple),
     REGEXES,
     st.just(ValueMatchType.REGULAR_EXPRESSION),

@@ -42,7 +42,7 @@ Theory of operation:
 - Policies: the AuthorizationPolicies and RequestAuthentications that apply at the gateway (attached by
   ``targetRefs`` to its Gateway, or selecting its pods), enforced per request by the waypoint's engine before
   routing: a token no rule accepts is 401, a denied request 403.
-- Destination rules: one :class:`~ambit.model.routes.DestinationPolicy` per backend Service of the gateway's
+- Destination rules: one :class:`~ambit.model.destination_policy.DestinationPolicy` per backend Service of the gateway's
   routes that a DestinationRule applies to (chosen as istiod chooses for a gateway proxy: the gateway's namespace,
   then the Service's, then the root namespace, with ``exportTo``), applied by the waypoint's engine exactly as at a
   waypoint (:mod:`ambit.waypoint.traffic_policy`): subsets, load balancer, connection pool, outlier detection,
@@ -54,12 +54,13 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from ambit.model.destination_policy import DestinationPolicy
 from ambit.model.envoyfilter import NO_PATCHES, ProxyPatches
 from ambit.model.locality_lb import MESH_DEFAULT as MESH_LOCALITY
 from ambit.model.locality_lb import LocalityLbSetting
 from ambit.model.policy import Policy
 from ambit.model.requestauth import RequestAuthentication
-from ambit.model.routes import DestinationPolicy, RouteRule, WeightedBackend
+from ambit.model.routes import RouteRule, WeightedBackend
 
 __all__ = [
     "ForwardClientCert",

@@ -19,7 +19,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from ambit.model.routes import ISTIO_RETRY, BackendService, DestinationPolicy, RouteTable, WaypointConfig
+from ambit.model.destination_policy import DestinationPolicy
+from ambit.model.routes import ISTIO_RETRY, BackendService, RouteTable, WaypointConfig
 from ambit.waypoint.decisions import Decision, Forward, RequestHead
 from ambit.waypoint.destinations import Refusal
 from ambit.waypoint.traffic_policy import BackendPolicy, plan_backend

@@ -31,7 +31,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ambit.model.routes import CorsPolicy, ValueMatchType
+from ambit.model.route_matches import ValueMatchType
+from ambit.model.routes import CorsPolicy
 from ambit.waypoint.decisions import RequestHead
 from ambit.waypoint.patterns import SUBJECT_LIMIT, safe_pattern
 

@@ -69,10 +69,11 @@ from dataclasses import dataclass
 
 from ambit.hbone.errors import AuthorityError
 from ambit.hbone.headers import hostport, parse_authority
+from ambit.model.destination_policy import ClientTls, ProxyProtocolVersion
 from ambit.model.errors import IdentityError
 from ambit.model.identity import SpiffeId
 from ambit.model.locality_lb import LocalityChoice, by_locality
-from ambit.model.routes import BackendService, ClientTls, ProxyProtocolVersion, WeightedBackend
+from ambit.model.routes import BackendService, WeightedBackend
 from ambit.model.routing_preference import client_view, closest, weighs_preference
 from ambit.model.state import WorkloadState
 from ambit.model.waypoint_choice import choose_waypoint

@@ -20,7 +20,7 @@ Rules:
    ``ignore_path_case`` compares an Exact or Prefix path case-insensitively (Envoy's ``case_sensitive: false``,
    which leaves regular expressions alone); ``without_headers`` entries must each *not* hold, a missing header
    reading as empty (Envoy's ``treat_missing_header_as_empty``) and a Present entry meaning "absent".
-6. Claim matches (:class:`~ambit.model.routes.ClaimMatch`) read the verified JWT's payload the authentication
+6. Claim matches (:class:`~ambit.model.route_matches.ClaimMatch`) read the verified JWT's payload the authentication
    put on the request (:attr:`~ambit.waypoint.decisions.RequestHead.jwt_claims`), never a header: one holds when
    the claim at its path is a string that matches or a list holding such a string (Envoy's metadata matcher with
    istiod's list-or-string form); a Present one when the claim exists. Without a token, or with the claim absent,
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl
 
-from ambit.model.routes import ClaimMatch, PathMatchType, RouteMatch, ValueMatch, ValueMatchType
+from ambit.model.route_matches import ClaimMatch, PathMatchType, RouteMatch, ValueMatch, ValueMatchType
 from ambit.waypoint.decisions import RequestHead
 from ambit.waypoint.filters import split_target
 from ambit.waypoint.patterns import SUBJECT_LIMIT, safe_pattern
@@ -75,7 +75,7 @@ class ValueTest:
 
 @dataclass(frozen=True, slots=True)
 class ClaimTest:
-    """A :class:`~ambit.model.routes.ClaimMatch` ready to test (rule 6)."""
+    """A :class:`~ambit.model.route_matches.ClaimMatch` ready to test (rule 6)."""
 
     path: tuple[str, ...]
     value: ValueTest

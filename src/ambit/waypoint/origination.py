@@ -8,9 +8,9 @@ then wraps the stream in :class:`TlsStream`: TLS over any :class:`~ambit.proxy.s
 
 Rules:
 
-1. :func:`client_context` builds the context for one :class:`~ambit.model.routes.ClientTls`: TLS 1.2 or later;
-   ``insecure_skip_verify`` verifies nothing; else the chain is verified against ``ca_certificates`` (PEM) or the
-   system store, and the name against ``subject_alt_names`` when given (checked after the handshake), else
+1. :func:`client_context` builds the context for one :class:`~ambit.model.destination_policy.ClientTls`: TLS 1.2 or
+   later; ``insecure_skip_verify`` verifies nothing; else the chain is verified against ``ca_certificates`` (PEM) or
+   the system store, and the name against ``subject_alt_names`` when given (checked after the handshake), else
    against the SNI. ALPN ``h2`` when the requests go as HTTP/2, ``http/1.1`` otherwise. Trust anchors from a
    file when ``ca_certificates_path`` is given instead (rule 6).
 2. A handshake that fails or takes longer than the connect timeout is an upstream connect failure; the stream
@@ -40,7 +40,7 @@ import stat
 from ambit import proxyprotocol
 from ambit.hbone.errors import AuthorityError
 from ambit.hbone.headers import parse_authority
-from ambit.model.routes import ClientTls, ProxyProtocolVersion, TlsMode
+from ambit.model.destination_policy import ClientTls, ProxyProtocolVersion, TlsMode
 from ambit.model.workload import IPAddress
 from ambit.proxy.streams import ByteStream
 

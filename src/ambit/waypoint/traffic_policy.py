@@ -1,9 +1,10 @@
 """How a Service's DestinationRule shapes one forwarded request: which endpoints, chosen how, reached how.
 
-Theory of operation: :func:`plan_backend` reads the waypoint's :class:`~ambit.model.routes.DestinationPolicy` for
-the backend's Service (sent by the control plane, already chosen and merged) and returns a :class:`BackendPolicy`
-(or a :class:`~ambit.waypoint.destinations.Refusal`); :class:`Balancer` turns its load-balancer setting into the
-``choose`` function the endpoint pickers take. Pure: no I/O; randomness and in-flight counts come in.
+Theory of operation: :func:`plan_backend` reads the waypoint's
+:class:`~ambit.model.destination_policy.DestinationPolicy` for the backend's Service (sent by the control plane, already
+chosen and merged) and returns a :class:`BackendPolicy` (or a :class:`~ambit.waypoint.destinations.Refusal`);
+:class:`Balancer` turns its load-balancer setting into the ``choose`` function the endpoint pickers take. Pure: no I/O;
+randomness and in-flight counts come in.
 
 Rules:
 
@@ -12,7 +13,8 @@ Rules:
 2. A backend naming a subset: only the subset's workloads. A subset no rule defines (or no rule at all) is refused
    503, as Envoy answers a route to a cluster it does not have (flag ``NC``); it never falls back to every
    endpoint. A defined subset that selects no healthy endpoint answers 503 ``no healthy upstream`` like any backend.
-3. The effective policy is :meth:`~ambit.model.routes.DestinationPolicy.policy_for` the backend's port and subset.
+3. The effective policy is :meth:`~ambit.model.destination_policy.DestinationPolicy.policy_for` the backend's port and
+   subset.
 4. Transport (:class:`~ambit.waypoint.destinations.Transport`): ``tls.mode`` SIMPLE originates TLS to the endpoint
    (inside its HBONE tunnel when it has one), MUTUAL the same presenting the rule's client certificate (one that
    is missing or does not load fails the connection, a 503: :mod:`ambit.waypoint.origination`, never the
@@ -63,9 +65,7 @@ from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlsplit
 
-from ambit.model.locality_lb import MESH_DEFAULT, LocalityChoice, LocalityLbSetting
-from ambit.model.routes import (
-    BackendService,
+from ambit.model.destination_policy import (
     ConnectionPool,
     ConsistentHash,
     DestinationPolicy,
@@ -76,6 +76,8 @@ from ambit.model.routes import (
     TlsMode,
     TrafficPolicy,
 )
+from ambit.model.locality_lb import MESH_DEFAULT, LocalityChoice, LocalityLbSetting
+from ambit.model.routes import BackendService
 from ambit.model.workload import AppProtocol, Workload
 from ambit.waypoint.destinations import PLAIN, Refusal, Transport
 

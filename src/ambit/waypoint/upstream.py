@@ -55,8 +55,8 @@ from typing import Protocol
 from ambit.errors import AmbitError
 from ambit.hbone.headers import connect_headers, hostport
 from ambit.identity.manager import CertificateManager
+from ambit.model.destination_policy import ClientTls
 from ambit.model.identity import SpiffeId
-from ambit.model.routes import ClientTls
 from ambit.model.workload import IPAddress, TunnelProtocol
 from ambit.proxy.hbone_client import HboneClient
 from ambit.proxy.hbone_stream import HboneStream

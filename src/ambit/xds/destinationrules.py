@@ -39,16 +39,7 @@ import re
 from google.protobuf import duration_pb2
 
 from ambit.api import waypoint_pb2 as pb
-from ambit.model.field_names import is_token
-from ambit.model.locality_lb import (
-    MAX_DISTRIBUTE,
-    MESH_DEFAULT,
-    LocalityDistribute,
-    LocalityFailover,
-    LocalityLbSetting,
-    setting_problems,
-)
-from ambit.model.routes import (
+from ambit.model.destination_policy import (
     ClientTls,
     ConnectionPool,
     ConsistentHash,
@@ -62,6 +53,15 @@ from ambit.model.routes import (
     Subset,
     TlsMode,
     TrafficPolicy,
+)
+from ambit.model.field_names import is_token
+from ambit.model.locality_lb import (
+    MAX_DISTRIBUTE,
+    MESH_DEFAULT,
+    LocalityDistribute,
+    LocalityFailover,
+    LocalityLbSetting,
+    setting_problems,
 )
 from ambit.xds.convert import FieldReader
 

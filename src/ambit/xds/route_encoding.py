@@ -13,21 +13,17 @@ from __future__ import annotations
 from google.protobuf import duration_pb2
 
 from ambit.api import waypoint_pb2 as pb
+from ambit.model.route_matches import ClaimMatch, PathMatchType, RouteMatch, ValueMatch, ValueMatchType
 from ambit.model.routes import (
     BackendService,
-    ClaimMatch,
     CorsPolicy,
     HeaderModifier,
-    PathMatchType,
     PathModifier,
     PathModifierType,
     RequestRedirect,
     RetryPolicy,
-    RouteMatch,
     RouteRule,
     Timeouts,
-    ValueMatch,
-    ValueMatchType,
     WeightedBackend,
 )
 

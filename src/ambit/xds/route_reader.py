@@ -18,31 +18,33 @@ from google.protobuf import duration_pb2
 
 from ambit.api import waypoint_pb2 as pb
 from ambit.model.field_names import is_token
-from ambit.model.routes import (
-    ISTIO_RETRY,
+from ambit.model.route_matches import (
     MAX_CLAIM_PATH,
     PSEUDO_HEADERS,
-    BackendService,
     ClaimMatch,
+    PathMatch,
+    PathMatchType,
+    RouteMatch,
+    ValueMatch,
+    ValueMatchType,
+)
+from ambit.model.routes import (
+    ISTIO_RETRY,
+    BackendService,
     CorsPolicy,
     DirectResponse,
     Fault,
     HeaderModifier,
     HttpRetry,
-    PathMatch,
-    PathMatchType,
     PathModifier,
     RegexRewrite,
     RequestMirror,
     RequestRedirect,
     RetryPolicy,
-    RouteMatch,
     RouteRule,
     RouteTable,
     Timeouts,
     URLRewrite,
-    ValueMatch,
-    ValueMatchType,
     WeightedBackend,
 )
 from ambit.xds.convert import FieldReader

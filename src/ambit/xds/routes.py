@@ -16,8 +16,8 @@ Rules:
 3. A path match has a known type and a value; an Exact or PathPrefix value starts with ``/`` (a plain
    string Prefix may be any string); a regular
    expression (path, header, query param) compiles and is at most 1024 characters. A header name is a token
-   (a header match may also name one of :data:`~ambit.model.routes.PSEUDO_HEADERS`); a claim match has 1 to
-   :data:`~ambit.model.routes.MAX_CLAIM_PATH` printable names in its path;
+   (a header match may also name one of :data:`~ambit.model.route_matches.PSEUDO_HEADERS`); a claim match has 1 to
+   :data:`~ambit.model.route_matches.MAX_CLAIM_PATH` printable names in its path;
    header values carry no CR, LF or NUL (they are written into requests and responses as they are).
 4. Enum values this build does not know are refused (they would change what a rule matches).
 5. An absent ``retry`` is Istio's default policy; an absent ``timeouts`` or duration is no limit; an absent

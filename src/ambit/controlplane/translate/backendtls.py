@@ -65,7 +65,7 @@ from typing import Any
 
 from ambit.controlplane.translate.routes import RouteCondition
 from ambit.controlplane.translate.skips import ObjectKind, Skipped, skipped
-from ambit.model.routes import ClientTls, DestinationPolicy, TlsMode, TrafficPolicy
+from ambit.model.destination_policy import ClientTls, DestinationPolicy, TlsMode, TrafficPolicy
 from ambit.tls.credentials import CredentialProblem, TlsCredential, read_ca_config_map
 
 __all__ = [

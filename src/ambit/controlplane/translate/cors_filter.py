@@ -25,7 +25,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ambit.model.routes import CorsPolicy, ValueMatch, ValueMatchType
+from ambit.model.route_matches import ValueMatch, ValueMatchType
+from ambit.model.routes import CorsPolicy
 
 __all__ = ["ANY_ORIGIN_PATTERN", "MAX_AGE_DEFAULT", "ORIGIN_MAX", "cors_policy", "is_cors_origin", "origin_match"]
 

@@ -1,7 +1,8 @@
-"""A DestinationRule's ``trafficPolicy`` (top-level, per port, per subset) → :class:`~ambit.model.routes.TrafficPolicy`,
-as a waypoint or an ingress gateway applies it: load balancing (locality settings by :mod:`.locality_lb`),
-connection pool, outlier detection, client TLS with the ``credentialName`` Secret's material, PROXY protocol.
-Which rule applies where is :mod:`ambit.controlplane.translate.destinationrules`'s business.
+"""A DestinationRule's ``trafficPolicy`` (top-level, per port, per subset) →
+:class:`~ambit.model.destination_policy.TrafficPolicy`, as a waypoint or an ingress gateway applies it: load balancing
+(locality settings by :mod:`.locality_lb`), connection pool, outlier detection, client TLS with the ``credentialName``
+Secret's material, PROXY protocol. Which rule applies where is :mod:`ambit.controlplane.translate.destinationrules`'s
+business.
 :class:`TrafficPolicyReader` raises :class:`~ambit.controlplane.translate.shapes.ShapeError` for a bad field (the
 rule is then skipped whole) and keeps a note for each setting it drops (the rest is kept).
 
@@ -33,7 +34,7 @@ from typing import Any
 from ambit.controlplane.translate import shapes
 from ambit.controlplane.translate.locality_lb import failover_note, read_locality_lb
 from ambit.controlplane.translate.requestauth import parse_duration
-from ambit.model.routes import (
+from ambit.model.destination_policy import (
     ClientTls,
     ConnectionPool,
     ConsistentHash,

@@ -1,5 +1,5 @@
-"""Istio ``DestinationRule`` objects → the :class:`~ambit.model.routes.DestinationPolicy` each waypoint applies to
-each Service it serves.
+"""Istio ``DestinationRule`` objects → the :class:`~ambit.model.destination_policy.DestinationPolicy` each waypoint
+applies to each Service it serves.
 
 Theory of operation: :func:`parse_destination_rules` reads every rule once (a rule with a bad field is skipped
 whole, with a :class:`~ambit.controlplane.translate.skips.Skipped` naming the field; a setting a waypoint cannot
@@ -54,7 +54,7 @@ from typing import Any
 from ambit.controlplane.translate import shapes
 from ambit.controlplane.translate.destinationrule_traffic import SecretFinder, TrafficPolicyReader
 from ambit.controlplane.translate.skips import ObjectKind, Skipped, skipped
-from ambit.model.routes import ClientTls, DestinationPolicy, Subset, TrafficPolicy
+from ambit.model.destination_policy import ClientTls, DestinationPolicy, Subset, TrafficPolicy
 from ambit.model.workload import Service
 
 __all__ = [

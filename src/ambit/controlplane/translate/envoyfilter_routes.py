@@ -44,15 +44,8 @@ from ambit.controlplane.translate import shapes
 from ambit.model.envoyfilter import PatchScope
 from ambit.model.field_names import is_token
 from ambit.model.header_rules import has_line_break, is_framing
-from ambit.model.routes import (
-    BackendService,
-    HeaderModifier,
-    RetryPolicy,
-    RouteMatch,
-    RouteRule,
-    RouteTable,
-    WeightedBackend,
-)
+from ambit.model.route_matches import RouteMatch
+from ambit.model.routes import BackendService, HeaderModifier, RetryPolicy, RouteRule, RouteTable, WeightedBackend
 
 __all__ = ["RouteMerge", "RouteMergeError", "merge_routes", "read_route_merge"]
 

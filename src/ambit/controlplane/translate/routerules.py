@@ -42,7 +42,7 @@ Rules:
 7. GRPCRoute method matches become paths as istiod writes them: service and method → Exact
    ``/<service>/<method>``; service only → PathPrefix ``/<service>`` (element-wise, so ``/<service>/x`` matches);
    method only → RegularExpression ``/[^/]+/<method>``; the RegularExpression type → the same shapes as regular
-   expressions. Every GRPCRoute match also carries method ``POST`` (:class:`~ambit.model.routes.RouteMatch`).
+   expressions. Every GRPCRoute match also carries method ``POST`` (:class:`~ambit.model.route_matches.RouteMatch`).
 8. TCPRoute and TLSRoute: the backends of all rules, in order (a TLSRoute's ``hostnames`` are kept: which
    destination it applies to is the table's choice, :mod:`ambit.controlplane.translate.routes` rule 5).
 9. Precedence (:func:`precedence`): Exact before PathPrefix before RegularExpression (istiod's rank), then the
@@ -63,25 +63,21 @@ from ambit.controlplane.translate.cors_filter import cors_policy
 from ambit.controlplane.translate.fields import mapping as _mapping
 from ambit.controlplane.translate.fields import text as _text
 from ambit.model.field_names import is_token
+from ambit.model.route_matches import PathMatch, PathMatchType, RouteMatch, ValueMatch, ValueMatchType
 from ambit.model.routes import (
     ISTIO_RETRY,
     BackendService,
     CorsPolicy,
     HeaderModifier,
     HttpRetry,
-    PathMatch,
-    PathMatchType,
     PathModifier,
     PathModifierType,
     RequestMirror,
     RequestRedirect,
     RetryPolicy,
-    RouteMatch,
     RouteRule,
     Timeouts,
     URLRewrite,
-    ValueMatch,
-    ValueMatchType,
     WeightedBackend,
 )
 

@@ -48,6 +48,7 @@ from ambit.controlplane.translate.virtualservice_values import (
     read_text,
 )
 from ambit.model.field_names import is_token
+from ambit.model.route_matches import ValueMatch, ValueMatchType
 from ambit.model.routes import (
     GRPC_STATUS_CODES,
     CorsPolicy,
@@ -58,8 +59,6 @@ from ambit.model.routes import (
     PathModifierType,
     RegexRewrite,
     RequestRedirect,
-    ValueMatch,
-    ValueMatchType,
 )
 
 __all__ = [

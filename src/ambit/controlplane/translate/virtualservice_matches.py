@@ -1,4 +1,4 @@
-"""One VirtualService ``HTTPMatchRequest`` entry → :class:`~ambit.model.routes.RouteMatch`, as istiod's
+"""One VirtualService ``HTTPMatchRequest`` entry → :class:`~ambit.model.route_matches.RouteMatch`, as istiod's
 ``route.go`` ``TranslateRouteMatch`` reads it. Whether an entry can hold at a waypoint or gateway server at all is
 :mod:`ambit.controlplane.translate.virtualservice_rules`'s business (its rule 1); here an entry's values are read,
 and one that cannot be used raises :class:`~ambit.controlplane.translate.virtualservice_values.BadField`, which drops
@@ -14,7 +14,7 @@ Rules:
    Envoy's header matcher reads them. ``ignoreUriCase`` and ``withoutHeaders`` are carried to the engine.
 2. A header named ``@request.auth.claims.a.b`` or ``@request.auth.claims[a][b]`` matches the verified JWT's claim
    ``a.b`` instead (istiod's ``translateMetadataMatch``), in ``headers`` and ``withoutHeaders``
-   (:class:`~ambit.model.routes.ClaimMatch`); a malformed claim name drops the entry.
+   (:class:`~ambit.model.route_matches.ClaimMatch`); a malformed claim name drops the entry.
 3. A value RE2 would refuse, an exact ``uri`` not starting with ``/``, or a query parameter without a name drops
    the entry.
 """
@@ -32,7 +32,7 @@ from ambit.controlplane.translate.virtualservice_values import (
     read_text,
 )
 from ambit.model.field_names import is_token
-from ambit.model.routes import (
+from ambit.model.route_matches import (
     MAX_CLAIM_PATH,
     PSEUDO_HEADERS,
     ClaimMatch,
@@ -69,7 +69,7 @@ def _path_match(value: Any, field: str) -> PathMatch | None:
 def _claim_path(name: str) -> tuple[str, ...] | None:
     """The claim names of a ``@request.auth.claims`` header name (istiod's ``jwt.ToRoutingClaim``): ``.a.b`` or
     ``[a][b]`` after the prefix (matched case-insensitively); None when ``name`` is not such a name. Empty names
-    and more than :data:`~ambit.model.routes.MAX_CLAIM_PATH` of them are refused (no claim could hold)."""
+    and more than :data:`~ambit.model.route_matches.MAX_CLAIM_PATH` of them are refused (no claim could hold)."""
     if not name.lower().startswith(CLAIM_HEADER):
         return None
     rest = name[len(CLAIM_HEADER) :]

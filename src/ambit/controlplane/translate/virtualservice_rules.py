@@ -79,16 +79,15 @@ from ambit.controlplane.translate.virtualservice_values import (
     read_text,
     read_weight,
 )
+from ambit.model.route_matches import PathMatchType, RouteMatch
 from ambit.model.routes import (
     ISTIO_RETRY,
     BackendService,
     HeaderModifier,
     HttpRetry,
-    PathMatchType,
     PathModifier,
     PathModifierType,
     RequestMirror,
-    RouteMatch,
     RouteRule,
     Timeouts,
     URLRewrite,

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ambit.controlplane.translate.routerules import regex_problem
-from ambit.model.routes import ValueMatch, ValueMatchType
+from ambit.model.route_matches import ValueMatch, ValueMatchType
 
 __all__ = [
     "MAX_DURATION",
