@@ -16,7 +16,8 @@ Modules:
 - ``service``: the ``AggregatedDiscoveryService/DeltaAggregatedResources`` servicer (a reader and a pusher per
   stream); ``server``: the TLS grpc.aio server carrying it. Around them: ``callers`` (authentication's result and
   per-caller views), ``opening_gate`` (opening requests read at once, streams turned away, the trim after a burst),
-  ``push_changes`` (a stream's pending changes and their debounce), ``service_metrics`` (observer and counters).
+  ``push_changes`` (a stream's pending changes and their debounce), ``service_metrics`` (observer and counters),
+  ``syncz_answers`` (the sync status answered to the debug type).
 - ``sync``: the server's per-stream record of what each client was last sent and last answered per type, and the
   sync status document (istiod's ``/debug/syncz``) served as the debug type ``istio.io/debug/syncz``.
 - ``sync_client``: reading one control plane's sync status (``ambit proxy-status``).

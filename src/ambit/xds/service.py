@@ -38,11 +38,10 @@ is served per caller (:class:`~ambit.xds.callers.CallerView`).
 
 Sync status (:mod:`ambit.xds.sync`): each stream that opens a resource type has a record in :attr:`XdsService.sync`
 of what it was last sent and last answered per type, updated where responses are written and ACKs read, and
-dropped when the stream ends. A request of the debug type ``istio.io/debug/syncz`` is not a subscription: the
-service asks the injected ``debug_access`` whether this caller may read the status (once per stream; no
-``debug_access`` means nobody may), answers with one resource ``syncz`` holding the JSON document (a
-``google.protobuf.StringValue``), and ends a stream it refuses with ``PERMISSION_DENIED``. A debug-only stream
-holds no record; it is answered one request at a time, each write awaited before the next request is read.
+dropped when the stream ends. A request of the debug type ``istio.io/debug/syncz`` is not a subscription: it is
+answered by :attr:`XdsService.syncz` (:mod:`ambit.xds.syncz_answers`) to a caller allowed it, asked once per stream.
+A debug-only stream holds no record; it is answered one request at a time, each write awaited before the next
+request is read.
 
 Metrics: what the injected observer is told is listed in :mod:`ambit.xds.service_metrics`.
 """
@@ -53,7 +52,6 @@ import asyncio
 import functools
 import inspect
 import itertools
-import json
 import logging
 import random
 import time
@@ -61,7 +59,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import grpc  # type: ignore[import-untyped]
-from google.protobuf import any_pb2, wrappers_pb2
 
 from ambit.api import discovery_pb2 as dpb
 from ambit.xds.admission import Admission, Refuse
@@ -77,6 +74,7 @@ from ambit.xds.server_trim import MALLOC_TRIM, TrimPolicy
 from ambit.xds.service_metrics import NO_OBSERVER, XdsObserver, XdsStats
 from ambit.xds.session import AUTHORIZATION_TYPE_URL, METHOD, SERVICE_NAME, Delta, RequestKind, ServerSession
 from ambit.xds.sync import DEFAULT_STALE_AFTER, SYNCZ_TYPE_URL, ClientSync, SyncRegistry
+from ambit.xds.syncz_answers import SynczAnswers
 from ambit.xds.table import ResourceSource
 
 __all__ = ["PUSHBACK_KEY", "XdsService"]
@@ -138,7 +136,14 @@ class XdsService:
         self.clients: dict[int, Caller] = {}
         """Connected, authenticated streams by stream id."""
         self.sync = SyncRegistry()
-        self._debug_access, self._control_plane, self._stale_after = debug_access, control_plane, stale_after
+        self.syncz = SynczAnswers(
+            self.sync,
+            self.stats,
+            clock,
+            debug_access=debug_access,
+            control_plane=control_plane,
+            stale_after=stale_after,
+        )
         self._clock = clock
         self._observer, self._timer = observer, timer
         self.change_started: float | None = None
@@ -326,8 +331,8 @@ class XdsService:
                 self.openings.give_back(slot)
                 slot = None
                 if not debug_allowed:
-                    debug_allowed.append(await self._may_debug(caller))
-                await self._answer_syncz(nonce, context, caller, debug_allowed[0])
+                    debug_allowed.append(await self.syncz.may_read(caller))
+                await self.syncz.answer(nonce, context, caller, debug_allowed[0])
                 return True
             record = self.sync.open(stream_id, caller.name, caller.cluster_id, connected_at)
             if fields.HasField("node"):
@@ -365,31 +370,6 @@ class XdsService:
         elif output.kind is RequestKind.STALE and served:
             observer.nonce_expired(type_url)
         return True
-
-    async def _may_debug(self, caller: Caller) -> bool:
-        if self._debug_access is None:
-            return False
-        try:
-            return await self._debug_access(caller)
-        except Exception:  # a failed check refuses; the peer learns nothing more
-            log.exception("xds: debug access check failed for %s", caller.name)
-            return False
-
-    async def _answer_syncz(self, nonce: str, context: Any, caller: Caller, allowed: bool) -> None:
-        """One debug request: the sync document, or the end of the stream for a caller who may not read it."""
-        if not allowed:
-            self.stats.debug_refused += 1
-            log.info("xds: refused the sync status to %s", caller.name)
-            await context.abort(grpc.StatusCode.PERMISSION_DENIED, "xds: this caller may not read the sync status")
-        if nonce:  # an ACK of a debug answer: nothing to do
-            return
-        self.stats.debug_answers += 1
-        document = self.sync.document(self._clock(), control_plane=self._control_plane, stale_after=self._stale_after)
-        body = any_pb2.Any()
-        body.Pack(wrappers_pb2.StringValue(value=json.dumps(document, separators=(",", ":"))))
-        answer = f"debug-{self.stats.debug_answers}"
-        resource = dpb.Resource(name="syncz", version=answer, resource=body)
-        await context.write(dpb.DeltaDiscoveryResponse(type_url=SYNCZ_TYPE_URL, nonce=answer, resources=[resource]))
 
     async def _push_loop(
         self,
