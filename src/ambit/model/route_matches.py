@@ -13,6 +13,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+MAX_REGEX = 1024
+"""The longest regular expression a route match may hold (the translator refuses longer; the waypoint's reader too)."""
+
 __all__ = [
     "MAX_CLAIM_PATH",
     "PSEUDO_HEADERS",

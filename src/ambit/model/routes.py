@@ -39,6 +39,7 @@ Every value is frozen and hashable, so tables can be compared to detect a change
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass, field
 
 from ambit.model.destination_policy import DestinationPolicy
@@ -97,6 +98,10 @@ class RequestRedirect:
 class URLRewrite:
     hostname: str | None = None
     path: PathModifier | None = None
+
+
+SUBSET_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+"""A DestinationRule subset's name, as a backend may name it (a DNS label)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +227,11 @@ GRPC_STATUS_CODES = {
     "UNAUTHENTICATED": 16,
 }
 """The gRPC status names a VirtualService fault may give (istio's ``SupportedGRPCStatus``) and their codes."""
+
+
+MAX_DIRECT_BODY = 64 * 1024
+"""A direct response's body is held in every waypoint's memory: bounded like any other configuration value (the
+translator refuses longer; the waypoint's reader too)."""
 
 
 @dataclass(frozen=True, slots=True)

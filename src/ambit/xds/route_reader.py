@@ -20,6 +20,7 @@ from ambit.api import waypoint_pb2 as pb
 from ambit.model.field_names import is_token
 from ambit.model.route_matches import (
     MAX_CLAIM_PATH,
+    MAX_REGEX,
     PSEUDO_HEADERS,
     ClaimMatch,
     PathMatch,
@@ -30,6 +31,8 @@ from ambit.model.route_matches import (
 )
 from ambit.model.routes import (
     ISTIO_RETRY,
+    MAX_DIRECT_BODY,
+    SUBSET_NAME,
     BackendService,
     CorsPolicy,
     DirectResponse,
@@ -50,16 +53,12 @@ from ambit.model.routes import (
 from ambit.xds.convert import FieldReader
 from ambit.xds.route_encoding import MODIFIER_KINDS, PATH_KINDS, VALUE_KINDS
 
-__all__ = ["MAX_CORS_AGE", "MAX_DIRECT_BODY", "MAX_GRPC_STATUS", "MAX_REGEX", "SUBSET_NAME", "RouteReader"]
+__all__ = ["MAX_CORS_AGE", "MAX_GRPC_STATUS", "RouteReader"]
 
-MAX_REGEX = 1024
-MAX_DIRECT_BODY = 64 * 1024
-"""A direct response's body is held in every waypoint's memory: bounded like any other configuration value."""
 MAX_CORS_AGE = 366 * 24 * 3600
 """The longest duration the translator reads (a VirtualService duration): browsers cap preflight caching far lower."""
 MAX_GRPC_STATUS = 16
 """The highest gRPC status code (UNAUTHENTICATED)."""
-SUBSET_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _REDIRECT_CODES = frozenset((301, 302, 303, 307, 308))
 _PATH_KIND_NAMES = {v: k for k, v in PATH_KINDS.items()}
 _VALUE_KIND_NAMES = {v: k for k, v in VALUE_KINDS.items()}

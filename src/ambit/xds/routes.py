@@ -28,7 +28,7 @@ Rules:
 9. ``request_authentications`` (field 4) are judged by :mod:`ambit.xds.requestauth`.
 10. A fault's percents are 0..100 and its abort status 200..599 (0: no abort), or its gRPC abort status 0..16
     (never both); a direct response's status is 200..599 and its body at most
-    :data:`~ambit.xds.route_reader.MAX_DIRECT_BODY` bytes; ``missing_backend_status`` is 0 (500) or 500..599.
+    :data:`~ambit.model.routes.MAX_DIRECT_BODY` bytes; ``missing_backend_status`` is 0 (500) or 500..599.
 11. ``destination_rules`` (field 6) are judged by :mod:`ambit.xds.destinationrules`.
 12. ``metrics`` (field 7, the Telemetry API's overrides) are judged by :mod:`ambit.xds.metric_overrides`.
 13. ``services`` (field 8, the Services bound to the waypoint) are printable ``namespace/hostname`` keys, each

@@ -63,7 +63,7 @@ from ambit.controlplane.translate.cors_filter import cors_policy
 from ambit.controlplane.translate.fields import mapping as _mapping
 from ambit.controlplane.translate.fields import text as _text
 from ambit.model.field_names import is_token
-from ambit.model.route_matches import PathMatch, PathMatchType, RouteMatch, ValueMatch, ValueMatchType
+from ambit.model.route_matches import MAX_REGEX, PathMatch, PathMatchType, RouteMatch, ValueMatch, ValueMatchType
 from ambit.model.routes import (
     ISTIO_RETRY,
     BackendService,
@@ -97,7 +97,6 @@ Obj = Mapping[str, Any]
 GATEWAY_GROUP = "gateway.networking.k8s.io"
 ISTIO_NETWORKING = "networking.istio.io"
 METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"))
-MAX_REGEX = 1024
 _DURATION = re.compile(r"(?:[0-9]{1,5}(?:h|ms|m|s)){1,4}")
 _DURATION_PART = re.compile(r"([0-9]{1,5})(h|ms|m|s)")
 _UNIT = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}

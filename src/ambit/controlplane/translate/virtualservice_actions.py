@@ -12,7 +12,7 @@ Rules:
    does, ``authority``, ``port`` or ``derivePort``, ``scheme``, ``redirectCode`` 301 by default, one of
    301/302/303/307/308.
 2. ``directResponse``: ``status`` (200 to 599), ``body.string`` or ``body.bytes`` (base64), at most
-   :data:`MAX_DIRECT_BODY` bytes.
+   :data:`~ambit.model.routes.MAX_DIRECT_BODY` bytes.
 3. ``headers``: ``request``/``response`` ``set``/``add``/``remove``; a ``host`` or ``:authority`` set or added
    rewrites the authority (given apart from the other operations, istiod); pseudo-headers and ``host`` are never
    removed.
@@ -51,6 +51,7 @@ from ambit.model.field_names import is_token
 from ambit.model.route_matches import ValueMatch, ValueMatchType
 from ambit.model.routes import (
     GRPC_STATUS_CODES,
+    MAX_DIRECT_BODY,
     CorsPolicy,
     DirectResponse,
     Fault,
@@ -62,7 +63,6 @@ from ambit.model.routes import (
 )
 
 __all__ = [
-    "MAX_DIRECT_BODY",
     "join_headers",
     "read_cors",
     "read_direct_response",
@@ -72,7 +72,6 @@ __all__ = [
     "read_regex_rewrite",
 ]
 
-MAX_DIRECT_BODY = 64 * 1024
 _REDIRECT_CODES = frozenset((301, 302, 303, 307, 308))
 _AUTHORITY = frozenset(("host", ":authority"))
 _CORS_METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"))

@@ -52,7 +52,6 @@ Rules:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -82,6 +81,7 @@ from ambit.controlplane.translate.virtualservice_values import (
 from ambit.model.route_matches import PathMatchType, RouteMatch
 from ambit.model.routes import (
     ISTIO_RETRY,
+    SUBSET_NAME,
     BackendService,
     HeaderModifier,
     HttpRetry,
@@ -111,7 +111,6 @@ __all__ = [
 
 MESH = "mesh"
 MISSING_BACKEND = 503
-_SUBSET_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 Obj = Mapping[str, Any]
 
@@ -170,7 +169,7 @@ class RuleContext:
         if not host:
             raise BadField(f"{field}.host", "required")
         subset = read_text(spec.get("subset"), f"{field}.subset")
-        if subset and not _SUBSET_NAME.fullmatch(subset):
+        if subset and not SUBSET_NAME.fullmatch(subset):
             raise BadField(f"{field}.subset", "not a DNS label (a DestinationRule subset name)")
         port = read_int(read_mapping(spec.get("port"), f"{field}.port").get("number"), f"{field}.port.number")
         if port is not None and not 0 < port < 65536:
