@@ -343,7 +343,9 @@ async def test_a_client_that_stops_reading_holds_back_neither_the_others_nor_mem
             moved.append(_pod(f"pod-{i:04d}", str(ipaddress.ip_address(base + 5000 + i))))
             table.replace(_resources(*moved, *pods[i + 1 :]))
             await _until(lambda: node.state.find_workload(moved[-1].uid) == moved[-1], within=5.0)
-        # Only the reading client's pushes were written: the stalled stream's are names waiting, not responses.
+        # Only the reading client's pushes were written: the stalled stream's are names waiting, not responses. The
+        # count goes up once a write has returned, which may be after the client read it: wait for the tenth.
+        await _until(lambda: server.service.stats.pushes >= 10, within=5.0)
         assert server.service.stats.pushes == 10
 
         responses = [await stuck.read()]
