@@ -124,6 +124,26 @@ def _version(argv: list[str]) -> str:
     return text[0].strip() if text else "?"
 
 
+CPUIDLE = Path("/sys/devices/system/cpu/cpuidle")
+HALTPOLL_WINDOW = Path("/sys/module/haltpoll/parameters/guest_halt_poll_ns")
+
+
+def cpuidle() -> str:
+    """How an idle vCPU waits: the cpuidle driver, and for a guest's ``haltpoll`` its poll window. On a VM that
+    halts at once (window 0) every wake-up costs an exit to the host, which doubled the round trip and its CPU on
+    session 46's machine (docs/native-data-path.md): the figures are comparable only with the same setting."""
+    try:
+        driver = (CPUIDLE / "current_driver").read_text().strip()
+    except OSError:
+        return "unknown"
+    if driver == "haltpoll":
+        try:
+            return f"haltpoll, guest poll window {HALTPOLL_WINDOW.read_text().strip()} ns"
+        except OSError:
+            return driver
+    return driver
+
+
 def environment() -> dict[str, Any]:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -153,6 +173,7 @@ def environment() -> dict[str, Any]:
         "haproxy": _version(["haproxy", "-v"]),
         "sockperf": _version(["sockperf", "--version"]),
         "loadavg": os.getloadavg()[0],
+        "cpuidle": cpuidle(),
         "time": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
     }
 
