@@ -11,6 +11,7 @@ import asyncio
 import itertools
 import os
 import secrets
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,8 +20,9 @@ from pathlib import Path
 import pytest
 
 from ambit.commands import SubprocessRunner
-from ambit.inpod.listeners import ListenerError, Port
+from ambit.inpod.listeners import ListenerError, Port, open_pod_listeners
 from ambit.inpod.workloads import PodListenerManager
+from ambit.proxy.sockets import LOOPBACK_CONGESTION
 from ambit.redirect import InPodSettings
 from ambit.redirect.apply import apply_inpod
 from ambit.zds.client import ZdsClient
@@ -109,6 +111,29 @@ async def test_listeners_open_inside_the_pod_netns_only_and_close_on_stop(netns:
     finally:
         os.close(fd)
         await manager.aclose()
+
+
+async def test_the_outbound_capture_listeners_alone_take_the_loopback_congestion_control(netns: str) -> None:
+    """15001's connections come from the pod's own applications over lo: its listeners (whose accepted connections
+    inherit it) do not pace; 15006 and 15008, which remote peers reach, keep the netns default."""
+    available = sh("sysctl", "-n", "net.ipv4.tcp_available_congestion_control").split()
+    loopback = next(name.decode() for name in LOOPBACK_CONGESTION if name.decode() in available)
+    default = "bbr" if "bbr" in available else next(name for name in available if name != loopback)
+    sh("ip", "netns", "exec", netns, "sysctl", "-qw", f"net.ipv4.tcp_congestion_control={default}")
+    fd = os.open(f"/run/netns/{netns}", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        opened = await asyncio.to_thread(open_pod_listeners, fd)
+    finally:
+        os.close(fd)
+    try:
+        tcp = [listener for listener in opened if listener.spec.kind == socket.SOCK_STREAM]
+        assert {listener.spec.port for listener in tcp} >= {Port.OUTBOUND, Port.INBOUND_PLAINTEXT, Port.INBOUND_HBONE}
+        for listener in tcp:
+            taken = listener.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).rstrip(b"\0").decode()
+            assert taken == (loopback if listener.spec.port == Port.OUTBOUND else default), listener.spec
+    finally:
+        for listener in opened:
+            listener.sock.close()
 
 
 async def test_a_pod_without_ipv6_gets_its_ipv4_listeners_only_and_no_error(netns: str) -> None:

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 import pytest
 
 from ambit.commands import SubprocessRunner
+from ambit.proxy import sockets as proxy_sockets
 from ambit.proxy.errors import SocketFactoryError
-from ambit.proxy.sockets import PROXY_MARK, NetnsSocketFactory, connect
+from ambit.proxy.sockets import PROXY_MARK, NetnsSocketFactory, connect, use_loopback_congestion
 from ambit.proxy.streams import SocketStream
 from ambit.redirect import InPodSettings
 from ambit.redirect.apply import apply_inpod
@@ -134,6 +135,74 @@ async def test_a_transparent_connect_delivers_from_the_client_ip_under_the_pod_r
                 stream = SocketStream(server)
                 stream.write_eof()
                 assert await loop.sock_recv(proxy_side, 16) == b""
+
+
+def congestion(sock: socket.socket) -> str:
+    return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).rstrip(b"\0").decode()
+
+
+def pacing_default(ns: str) -> tuple[str, str]:
+    """Set ``ns``'s default congestion control to one that is not the loopback legs' (bbr where the kernel has it:
+    the pacing one); (that default, the loopback legs' algorithm)."""
+    available = sh("sysctl", "-n", "net.ipv4.tcp_available_congestion_control").split()
+    loopback = next(name.decode() for name in proxy_sockets.LOOPBACK_CONGESTION if name.decode() in available)
+    default = "bbr" if "bbr" in available else next(name for name in available if name != loopback)
+    sh("ip", "netns", "exec", ns, "sysctl", "-q", "-w", f"net.ipv4.tcp_congestion_control={default}")
+    return default, loopback
+
+
+async def test_a_loopback_dial_does_not_pace_and_other_dials_keep_the_netns_default(
+    pair: Pair, factories: tuple[NetnsSocketFactory, NetnsSocketFactory]
+) -> None:
+    _, ns_b = factories
+    apply_inpod(pair.b, InPodSettings(), "nftables", SubprocessRunner())  # the spoofed delivery's replies come back
+    default, loopback = pacing_default(pair.b)
+    loop = asyncio.get_running_loop()
+    with await app_listener(ns_b, B_IP) as app:
+        delivery = await connect(ns_b, (B_IP, APP_PORT), source_ip=SPOOFED_IP, timeout=5, loopback=True)
+        plain = await connect(ns_b, (B_IP, APP_PORT), timeout=5)
+        with delivery, plain:
+            for client in (delivery, plain):
+                server, _ = await loop.sock_accept(app)
+                with server:
+                    await echo_once(client, server)
+                    assert congestion(server) == default  # the application's side is the application's
+            assert congestion(delivery) == loopback
+            assert congestion(plain) == default
+
+
+async def test_a_kernel_that_takes_no_loopback_algorithm_keeps_the_default_and_the_dial_works(
+    pair: Pair, factories: tuple[NetnsSocketFactory, NetnsSocketFactory], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, ns_b = factories
+    default, _ = pacing_default(pair.b)
+    monkeypatch.setattr(proxy_sockets, "LOOPBACK_CONGESTION", (b"no-such-algorithm", b"x" * 15))
+    loop = asyncio.get_running_loop()
+    with await app_listener(ns_b, B_IP) as app:
+        client = await connect(ns_b, (B_IP, APP_PORT), timeout=5, loopback=True)
+        with client:
+            server, _ = await loop.sock_accept(app)
+            with server:
+                await echo_once(client, server)
+            assert congestion(client) == default
+            assert use_loopback_congestion(client) is False
+
+
+async def test_connections_accepted_by_a_loopback_listener_inherit_its_algorithm(
+    pair: Pair, factories: tuple[NetnsSocketFactory, NetnsSocketFactory]
+) -> None:
+    _, ns_b = factories
+    default, loopback = pacing_default(pair.b)
+    loop = asyncio.get_running_loop()
+    with await app_listener(ns_b, B_IP) as listener:
+        assert use_loopback_congestion(listener) is True
+        client = await connect(ns_b, (B_IP, APP_PORT), timeout=5)
+        with client:
+            accepted, _ = await loop.sock_accept(listener)
+            with accepted:
+                await echo_once(client, accepted)
+                assert congestion(accepted) == loopback
+            assert congestion(client) == default
 
 
 async def test_spares_are_refilled_after_use_and_a_drained_pool_still_answers(

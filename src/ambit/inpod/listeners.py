@@ -18,11 +18,14 @@ sysctl, or no IPv6 in the kernel) gets the IPv4 ones only, and no error; its rul
 the netns has IPv6, they are required like the rest. Every socket carries ``SO_MARK`` 0x539 (the rules never
 redirect marked traffic) and SO_REUSEADDR/SO_REUSEPORT (a new proxy binds beside the old one during an upgrade).
 The capture ports 15001 and 15006 are transparent (``IP_TRANSPARENT``, ``IPV6_TRANSPARENT``), as ztunnel's are.
-All sockets are non-blocking and close-on-exec. If any socket fails, all are closed and a :class:`ListenerError`
-naming the address, port and protocol is raised (the pod's own application listening on 15001, 15006 or 15008 is
-the usual cause: the node agent shows it to the pod's owner in an Event): a pod has all its listeners or none,
-but for the optional ones in a netns without IPv6. With IPv6 the in-pod rules redirect the pod's IPv6 traffic to
-``[::]`` and its IPv6 DNS to ``::1``, so without these the pod's IPv6 connections and queries would be refused.
+The outbound capture port's connections all come from the pod's own applications over ``lo``, so its listeners
+get a congestion control that does not pace, which the connections they accept inherit
+(:func:`ambit.proxy.sockets.use_loopback_congestion`). All sockets are non-blocking and close-on-exec. If any
+socket fails, all are closed and a :class:`ListenerError` naming the address, port and protocol is raised (the pod's
+own application listening on 15001, 15006 or 15008 is the usual cause: the node agent shows it to the pod's owner in
+an Event): a pod has all its listeners or none, but for the optional ones in a netns without IPv6. With IPv6 the
+in-pod rules redirect the pod's IPv6 traffic to ``[::]`` and its IPv6 DNS to ``::1``, so without these the pod's
+IPv6 connections and queries would be refused.
 
 Hand-over: SO_REUSEPORT lets a successor proxy bind beside the old one, and the old one stops accepting by
 closing its listeners. A listener that closes resets the connections still waiting in its accept queue unless the
@@ -45,6 +48,7 @@ import threading
 from dataclasses import dataclass
 
 from ambit.errors import AmbitError
+from ambit.proxy.sockets import use_loopback_congestion
 
 CLONE_NEWNET = 0x40000000
 IP_TRANSPARENT = 19
@@ -127,6 +131,8 @@ def _bind(spec: ListenerSpec) -> socket.socket:
             sock.setsockopt(socket.IPPROTO_IPV6, IPV6_TRANSPARENT, 1)
         elif spec.transparent:
             sock.setsockopt(socket.SOL_IP, IP_TRANSPARENT, 1)
+        if spec.port == Port.OUTBOUND and spec.kind == socket.SOCK_STREAM:
+            use_loopback_congestion(sock)
         sock.bind((spec.host, int(spec.port)))
         if spec.kind == socket.SOCK_STREAM:
             sock.listen(socket.SOMAXCONN)

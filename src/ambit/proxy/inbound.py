@@ -73,7 +73,7 @@ async def _dial_pod(pod: LocalPod, dial: Dial) -> socket.socket:
     if source_ip is not None and (":" in source_ip) != (":" in dial.ip):
         source_ip = None
     try:
-        sock = await connect(pod.sockets, (dial.ip, dial.port), source_ip=source_ip)
+        sock = await connect(pod.sockets, (dial.ip, dial.port), source_ip=source_ip, loopback=True)
     except (AmbitError, OSError) as exc:
         raise InboundRefusedError(
             f"cannot reach {hostport(dial.ip, dial.port)}: {exc}", 503, ResponseFlag.CONNECT
