@@ -89,7 +89,8 @@ def markdown(rows: Sequence[Row], env: dict[str, Any], profile: str, notes: Sequ
         "",
         f"{env['vcpus']} vCPUs ({env['cpu_model']}), Linux {env['kernel']}, Python {env['python']}, "
         f"{env['openssl']}, HTTP/2 {env['http2']}, uvloop {env['uvloop']}; cipher: {env['cipher']}; "
-        f"load average {env['loadavg']:.2f} at start; idle vCPUs: {env.get('cpuidle', 'unknown')}; {env['time']}",
+        f"load average {env['loadavg']:.2f} at start; idle vCPUs: {env.get('cpuidle', 'unknown')}; "
+        f"TCP congestion control: {env.get('tcp_congestion', 'unknown')}; {env['time']}",
     ]
     for scenario in dict.fromkeys(r.scenario for r in rows):
         lines += [

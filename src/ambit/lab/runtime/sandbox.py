@@ -17,6 +17,8 @@ Invariants:
   belongs to the pod's own user namespace (:mod:`ambit.lab.runtime.pod_userns`), as containerd makes it, so that
   ``runc exec`` can join the pod. Such a pod's namespace also lets any user bind ports below 1024 and open ICMP
   echo sockets (:data:`USERNS_SYSCTLS`), as containerd sets for every pod.
+- A pod's namespace gets a congestion control that does not pace where the machine's default does
+  (:mod:`ambit.lab.network.congestion`: every link of a lab is on one machine).
 - The pod's own ``securityContext.sysctls`` are set in its namespace when they are among the kubelet's safe,
   network-namespaced ones (:data:`SAFE_NET_SYSCTLS`, e.g. istiod's gateway template asks for
   ``net.ipv4.ip_unprivileged_port_start: "0"`` so that a gateway running as 1337 listens on port 80) with a
@@ -37,6 +39,7 @@ from ambit.cni.errors import CniError
 from ambit.commands import CommandRunner
 from ambit.lab.cluster.record import Record
 from ambit.lab.network import plugins
+from ambit.lab.network.congestion import machine_congestion_sysctls
 from ambit.lab.network.plugins import CniInvocationError, CniResult
 from ambit.lab.network.topology import Topology
 from ambit.lab.runtime.pod_userns import add_netns_in_user_namespace
@@ -68,7 +71,14 @@ class Sandbox:
 class PodSandboxes:
     """The pod sandboxes of one node."""
 
-    def __init__(self, topology: Topology, node_name: str, record: Record, runner: CommandRunner) -> None:
+    def __init__(
+        self,
+        topology: Topology,
+        node_name: str,
+        record: Record,
+        runner: CommandRunner,
+        congestion: tuple[str, ...] | None = None,
+    ) -> None:
         node = topology.node_named(node_name)
         if node is None:
             raise ValueError(f"no node {node_name!r} in lab {topology.lab_id}")
@@ -76,6 +86,8 @@ class PodSandboxes:
         self.node = node
         self.record = record
         self.runner = runner
+        self.congestion = machine_congestion_sysctls() if congestion is None else congestion
+        """What every pod's namespace gets set first (:mod:`ambit.lab.network.congestion`; None: this machine's)."""
 
     @property
     def conf_dir(self) -> Path:
@@ -108,10 +120,9 @@ class PodSandboxes:
                 await self.runner.run_async(["ip", "netns", "add", netns])
             else:
                 await add_netns_in_user_namespace(self.runner, netns, user_ids)
-            if not hosts_users(pod):
-                await self.runner.run_async(["ip", "netns", "exec", netns, "sysctl", "-q", "-w", *USERNS_SYSCTLS])
-            if own := pod_sysctls(pod):
-                await self.runner.run_async(["ip", "netns", "exec", netns, "sysctl", "-q", "-w", *own])
+            wanted = [*self.congestion, *(() if hosts_users(pod) else USERNS_SYSCTLS), *pod_sysctls(pod)]
+            if wanted:  # one process for all of them, none when there is nothing to set
+                await self.runner.run_async(["ip", "netns", "exec", netns, "sysctl", "-q", "-w", *wanted])
             result = await plugins.add(conflist, uid, path, POD_IFNAME, args, *self._exec(), cache_dir=self.cache_dir)
         except BaseException:
             try:
