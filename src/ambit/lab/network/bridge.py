@@ -44,7 +44,6 @@ from typing import Any
 from ambit.commands import CommandRunner
 from ambit.errors import AmbitError
 from ambit.lab.cluster.record import Record, sweep
-from ambit.lab.network.congestion import machine_congestion_sysctls
 from ambit.lab.network.topology import (
     BRIDGE_ADDRESS,
     CNI_PLUGIN_DIR,
@@ -222,7 +221,6 @@ def _create_node(topology: Topology, node: NodeAddresses, record: Record, runner
             "net.ipv4.conf.all.send_redirects=0",
             "net.ipv4.conf.default.send_redirects=0",
             *(_NODE_IPV6_SYSCTLS if topology.dual_stack else ()),
-            *machine_congestion_sysctls(),
         ]
     )
     runner.run(["ip", "-n", node.netns, "link", "set", "lo", "up"])

@@ -5,8 +5,10 @@ network namespace takes the machine's default algorithm (``net.ipv4.tcp_congesti
 namespace). Where that default paces, as ``bbr`` does, and the device has no ``fq`` qdisc, as a veth or ``lo``
 never has, TCP paces every send itself with a timer: on a 2-vCPU machine with ``bbr`` as its default, one bulk
 stream between two lab pods through the mesh moved about 1.7x as much with the lab's namespaces on ``cubic``, for
-about 0.55x the node proxies' CPU per byte (docs/native-data-path.md, session 47). So the lab gives each namespace
-it makes (nodes and pods) a non-pacing algorithm in that case.
+about 0.55x the node proxies' CPU per byte (docs/native-data-path.md, session 47). So the lab gives each pod's
+namespace a non-pacing algorithm in that case. Node namespaces keep the machine's default: a node's kubelet reads
+the default there (:func:`machine_congestion_sysctls` reads the calling process's namespace), and only control
+traffic runs in them.
 
 Rules (:func:`lab_congestion_sysctls`, pure):
 
@@ -39,8 +41,8 @@ def lab_congestion_sysctls(default: str, available: Iterable[str]) -> tuple[str,
 
 
 def machine_congestion_sysctls(proc: Path = _PROC) -> tuple[str, ...]:
-    """:func:`lab_congestion_sysctls` for this machine, read from ``proc`` (the calling process's namespace: the
-    initial one, whose default new namespaces take, when the lab runs as it should); empty if unreadable."""
+    """:func:`lab_congestion_sysctls` for this machine, read from ``proc`` in the calling process's namespace (the
+    initial one, or a node's, or a test's own: each keeps the default new namespaces take); empty if unreadable."""
     try:
         default = (proc / "tcp_congestion_control").read_text().strip()
         available = (proc / "tcp_available_congestion_control").read_text().split()
