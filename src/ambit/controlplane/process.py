@@ -154,14 +154,14 @@ class ControlPlaneSettings:
     """Istio's plug-in CA directory (the ``cacerts`` Secret): used when it holds ``ca-cert.pem`` and ``ca-key.pem``
     and no ``plugin_cert`` is given; ``root-cert.pem`` is the root when the CA is an intermediate."""
     untaint_nodes: bool = False
+    """Remove the ``cni.istio.io/not-ready`` taint from each node whose node agent (``k8s-app=istio-cni-node`` in
+    the root namespace) is ready (:mod:`ambit.controlplane.untaint`; istiod's
+    ``PILOT_ENABLE_NODE_UNTAINT_CONTROLLERS``). Needs ``patch`` on Nodes."""
     xds_rate: float | None = None
     """New xDS streams admitted a second (istiod's ``PILOT_MAX_REQUESTS_PER_SECOND``); None: istiod's default for
     this machine (:func:`~ambit.xds.admission.default_rate`)."""
     xds_max_streams: int = 20_000
     """xDS streams held at most (:mod:`ambit.xds.admission` rule 1)."""
-    """Remove the ``cni.istio.io/not-ready`` taint from each node whose node agent (``k8s-app=istio-cni-node`` in
-    the root namespace) is ready (:mod:`ambit.controlplane.untaint`; istiod's
-    ``PILOT_ENABLE_NODE_UNTAINT_CONTROLLERS``). Needs ``patch`` on Nodes."""
     instance: str = ""
     """Who reports Events (their ``reportingInstance``), e.g. the pod name; default: the host name."""
     root_namespace: str = DEFAULT_ROOT_NAMESPACE
