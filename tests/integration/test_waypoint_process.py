@@ -12,7 +12,15 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from tests.integration.waypoint_rig import CLIENT_ID, CLIENT_IP, TD, WAYPOINT_ID, free_port, mesh_config
+from tests.integration.waypoint_rig import (
+    CLIENT_ID,
+    CLIENT_IP,
+    TD,
+    WAYPOINT_ID,
+    free_port,
+    mesh_config,
+    shared_free_port,
+)
 
 from ambit.hbone.headers import hostport
 from ambit.identity.localca import LocalCa
@@ -26,7 +34,8 @@ async def test_the_waypoint_command_starts_gets_ready_refuses_its_own_ports_and_
     ca = LocalCa(tmp_path / "ca", trust_domain=TD)  # made first: the process signs with the same root
     config = tmp_path / "mesh.yaml"
     config.write_text(render_local_config(mesh_config()), encoding="utf-8")
-    ports = {name: free_port() for name in ("hbone", "admin", "stats", "readiness")}
+    ports = {name: free_port() for name in ("admin", "stats", "readiness")}
+    ports["hbone"] = shared_free_port(("127.0.0.1", "::1"))  # served on both of the pod's addresses
     env = {
         **os.environ,
         "POD_NAMESPACE": "app",
@@ -61,7 +70,10 @@ async def test_the_waypoint_command_starts_gets_ready_refuses_its_own_ports_and_
                             break
                 except aiohttp.ClientError:
                     pass
-                assert process.returncode is None, "the waypoint exited"
+                if process.returncode is not None:
+                    assert process.stderr is not None
+                    said = (await process.stderr.read()).decode(errors="replace")[-2000:]
+                    pytest.fail(f"the waypoint exited with {process.returncode}: {said}")
                 await asyncio.sleep(0.1)
         cert = await ca.fetch_certificate(CLIENT_ID)
         loop = asyncio.get_running_loop()
