@@ -207,13 +207,14 @@ async def test_a_hand_over_from_a_node_proxy_with_workers_keeps_every_tunnel_pas
         assert "Traceback" not in log, log[-3000:]
 
 
+@pytest.mark.parametrize("first", ["signal", "word"])
 async def test_a_worker_drains_on_after_its_node_proxys_own_connections_ended_though_sigterm_reached_both(
-    tmp_path: Path,
+    tmp_path: Path, first: str
 ) -> None:
-    """A runtime or init system may signal the whole process group: the worker gets the node proxy's SIGTERM and then
-    the node proxy's word to drain, which is no second ask (a second SIGTERM would cut the drain short). And the node
-    proxy's own drain ending (its connections all closed) does not end its workers' drains: they keep their tunnels
-    until these end, while the node proxy waits for them."""
+    """A runtime or init system may signal the whole process group: the worker gets the node proxy's SIGTERM and
+    the node proxy's word to drain, in either order, and neither is a second ask (a second SIGTERM would cut the
+    drain short). And the node proxy's own drain ending (its connections all closed) does not end its workers'
+    drains: they keep their tunnels until these end, while the node proxy waits for them."""
     async with drain_rig(tmp_path) as (rig, agent):
         old = rig.start_proxy("--drain-deadline", "1", "--drain-max", "60", "--workers", "2")
         await add_pod(agent, rig)
@@ -237,8 +238,15 @@ async def test_a_worker_drains_on_after_its_node_proxys_own_connections_ended_th
             stream.write_eof()
             await stream.aclose()
             await client.aclose()
-        os.kill(worker, signal.SIGTERM)  # as a signal to the process group reaches both
-        old.stop(signal.SIGTERM)
+        if first == "signal":  # as a signal to the process group reaches both
+            os.kill(worker, signal.SIGTERM)
+            old.stop(signal.SIGTERM)
+        else:  # the same, with the node proxy's word read by the worker before its own signal
+            old.stop(signal.SIGTERM)
+            await until(
+                "the worker heard the word", lambda: "stop requested (the node proxy drains)" in old.log.read_text()
+            )
+            os.kill(worker, signal.SIGTERM)
         await until(
             "the node proxy's own drain over", lambda: "drain over: every connection ended" in old.log.read_text()
         )

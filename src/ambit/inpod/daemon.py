@@ -138,6 +138,10 @@ class NodeProxy:
         """Set once a stop (drain) was asked for."""
         self.drain = Drain(settings.drain_deadline, settings.drain_max)
         self._stop_requests: list[str] = []
+        self._drain_by_word = False
+        """The drain running was started by the node proxy's word (:meth:`request_drain`: we are its worker)."""
+        self._asked_directly = False
+        """A signal, ``/quitquitquit`` or a failure asked for the stop (:meth:`request_stop`)."""
         self.state = WorkloadState()
         self.ca = self._ca_client(settings)
         self.certs = CertificateManager(self.ca)
@@ -405,16 +409,28 @@ class NodeProxy:
             self.request_stop(str(error))
 
     def request_stop(self, reason: str) -> None:
-        """Ask for the graceful drain (a second ask cuts it short); from a signal handler or the admin port."""
+        """Ask for the graceful drain (a second ask cuts it short); from a signal handler or the admin port.
+
+        A worker's first such ask after its node proxy's word started the drain is the same drain, not a second
+        ask: a signal to the process group reaches the node proxy and its worker together, and the node proxy's word
+        may be read first. It goes on; a further ask cuts it short."""
+        first_direct, self._asked_directly = not self._asked_directly, True
+        if first_direct and self._drain_by_word:
+            log.info("stop requested (%s): already draining on the node proxy's word", reason)
+            return
+        self._ask(reason)
+
+    def _ask(self, reason: str) -> None:
         log.info("stop requested (%s)", reason)
         self._stop_requests.append(reason)
         self.stopped.set()
 
     def request_drain(self, reason: str) -> None:
         """A drain, unless one runs or was asked for: never the second ask that cuts a drain short (a worker's word
-        from its node proxy, which may come after the same SIGTERM reached the worker itself)."""
+        from its node proxy, which may come before or after the same SIGTERM reached the worker itself)."""
         if self.drain.phase is Phase.SERVING and not self._stop_requests:
-            self.request_stop(reason)
+            self._drain_by_word = True
+            self._ask(reason)
 
     def cut_short(self, reason: str) -> None:
         """The drain cut short at once: asked for twice, counting the asks already made."""
@@ -422,7 +438,7 @@ class NodeProxy:
             return
         asks = 2 if self.drain.phase is Phase.SERVING else 1
         for _ in range(asks - len(self._stop_requests)):
-            self.request_stop(reason)
+            self._ask(reason)
 
     def live_connections(self) -> int:
         """Connections the pods still serve (being set up, relayed, or inbound HBONE connections)."""
