@@ -1,13 +1,14 @@
 """One worker of a node proxy, as a process runs it (:mod:`ambit.cli.nodeproxy_worker`; :mod:`ambit.inpod.workers`).
 
-Theory of operation: the worker reads its settings from the control socket (fd ``N``, one end of the socketpair
-its node proxy made), then runs a :class:`~ambit.inpod.daemon.NodeProxy` in worker mode: its pods come from the
-node proxy's private ZDS, and it opens no endpoint of its own. Every :data:`REPORT_INTERVAL` seconds it sends its
-metrics snapshot up the socket when it changed, and once more when it has drained, before it exits. It stops
-(drains) on SIGTERM or SIGINT, as a node proxy does (a second one cuts the drain short); when the node proxy says
-:data:`~ambit.inpod.worker_channel.DRAIN` (a worker already draining goes on as it was, so a SIGTERM that reached
-both is no second ask) or :data:`~ambit.inpod.worker_channel.CUT`; and when the socket ends: its node proxy is gone
-(even a SIGKILL ends the socket), and a worker never outlives it for longer than a drain.
+Theory of operation: the worker reads its settings from the control socket (fd ``N``, one end of the socketpair its
+node proxy made), then runs a :class:`~ambit.inpod.daemon.NodeProxy` in worker mode: its pods come from the node
+proxy's private ZDS, and it opens no endpoint of its own. Every :data:`REPORT_INTERVAL` seconds it sends its metrics
+snapshot up the socket when it changed, and once more when it has drained, before it exits. It stops (drains) on
+SIGTERM or SIGINT, as a node proxy does (a second one cuts the drain short); when the node proxy says
+:data:`~ambit.inpod.worker_channel.DRAIN` (a worker already draining goes on as it was, and its first SIGTERM after
+the word is the same drain: a SIGTERM that reached both is no second ask, whichever comes first) or
+:data:`~ambit.inpod.worker_channel.CUT`; and when the socket ends: its node proxy is gone (even a SIGKILL ends the
+socket), and a worker never outlives it for longer than a drain.
 """
 
 from __future__ import annotations
